@@ -1,0 +1,95 @@
+"""The accelerator's configuration: one validated, frozen object that derives the rest."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: Width of the top level's ``input_data`` port (the original sketch's entity).
+INPUT_BUS_BITS = 1024
+#: Width of the top level's ``output_data`` port: one-hot of the predicted class.
+OUTPUT_CLASSES = 10
+
+
+def _check_positive_int(name: str, value, maximum: int | None = None):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a positive integer, not {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, not {value!r}")
+
+
+@dataclass(frozen=True)
+class AcceleratorConfig:
+    """Array shape, number formats and buffer sizes of one accelerator.
+
+    Parameters
+    ----------
+    rows, cols:
+        Shape of the systolic array. Rows take the reduction dimension (input
+        channels x kernel taps), columns the output channels.
+    data_bits:
+        Width of activations and weights (signed). Only 8 is supported.
+    accumulator_bits:
+        Width of the accumulators. At least ``2 * data_bits + ceil(log2(K))`` for the
+        largest fan-in ``K``; the compiler checks each model against it.
+    accumulator_depth:
+        Output pixels one pass over the reduction dimension can hold (the depth of the
+        accumulator memory). Larger means fewer weight reloads on convolutions.
+    input_bus_bits:
+        Width of ``input_data``; the sketch fixes it at 1024.
+    """
+    rows: int = 8
+    cols: int = 8
+    data_bits: int = 8
+    accumulator_bits: int = 32
+    accumulator_depth: int = 256
+    input_bus_bits: int = INPUT_BUS_BITS
+
+    def __post_init__(self):
+        _check_positive_int("array rows", self.rows, maximum=64)
+        _check_positive_int("array cols", self.cols, maximum=64)
+        _check_positive_int("data bits", self.data_bits)
+        if self.data_bits != 8:
+            raise ValueError(f"data bits must be 8, not {self.data_bits!r}")
+        _check_positive_int("accumulator bits", self.accumulator_bits, maximum=48)
+        if self.accumulator_bits < 2 * self.data_bits + 1:
+            raise ValueError(f"accumulator bits must be at least {2 * self.data_bits + 1}, "
+                             f"not {self.accumulator_bits!r}")
+        _check_positive_int("accumulator depth", self.accumulator_depth, maximum=65536)
+        _check_positive_int("input bus bits", self.input_bus_bits)
+        if self.input_bus_bits % self.data_bits:
+            raise ValueError(f"input bus bits must be a multiple of {self.data_bits}, "
+                             f"not {self.input_bus_bits!r}")
+        if self.bank_width > 512:
+            raise ValueError(f"the activation word (lcm of rows and cols = {self.bank_width} values) "
+                             f"must be at most 512 values; pick rows and cols with a smaller lcm")
+
+    # Derived sizes -------------------------------------------------------------------------
+    @property
+    def pes(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def product_bits(self) -> int:
+        return 2 * self.data_bits
+
+    @property
+    def bank_width(self) -> int:
+        """Values per activation-memory word: ``lcm(rows, cols)``, so that a column of
+        ``rows`` inputs and a row of ``cols`` outputs each sit inside one word."""
+        return math.lcm(self.rows, self.cols)
+
+    @property
+    def input_values_per_beat(self) -> int:
+        return self.input_bus_bits // self.data_bits
+
+    def accumulator_bits_for(self, fan_in: int) -> int:
+        """Accumulator width that a reduction of ``fan_in`` products needs."""
+        return self.product_bits + max(1, math.ceil(math.log2(max(fan_in, 2)))) + 1
+
+    def check_fan_in(self, fan_in: int, layer: str):
+        need = self.accumulator_bits_for(fan_in)
+        if need > self.accumulator_bits:
+            raise ValueError(f"{layer}: fan-in {fan_in} needs {need} accumulator bits, "
+                             f"the configuration has {self.accumulator_bits}")

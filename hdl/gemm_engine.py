@@ -1,0 +1,171 @@
+"""The GEMM engine: steps in, finished int8 output vectors out to the activation memory.
+
+Data path of one step issued at cycle ``t`` (all latencies derived from the config)::
+
+    t        activation memory read (address from the step)
+    t+1      select the step's group of ``rows`` lanes, or the zero point on padding
+    t+2      vector enters the systolic array; weights follow in diagonal skew
+    t+A      A = 2 + array latency: the ``cols`` partial sums leave the array together
+             first step of a tile pass: + bias; else + accumulator; not last: write back
+    t+A+1..  requantizer (3 stages), then the write to the activation memory
+
+The accumulator memory's read port is transparent to its write port, so the same
+address can be accumulated on consecutive cycles (batch-1 dense layers do).
+"""
+from amaranth import Module, Signal, signed, unsigned
+from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import AcceleratorConfig
+from .program import Program
+from .requantizer import MULTIPLIER_BITS, SHIFT_BITS, Requantizer, requant_params_layout
+from .step_generator import step_layout
+from .systolic_array import SystolicArray
+from .weight_memory import WeightMemory
+from .widths import Widths, bits_for
+
+
+def _pack(values, bits: int) -> int:
+    word = 0
+    for index, value in enumerate(values):
+        word |= (int(value) & ((1 << bits) - 1)) << (index * bits)
+    return word
+
+
+class GemmEngine(wiring.Component):
+    """Members
+    -------
+    step: In, from the step generator.
+    zero_point: In, the op's input zero point (read by padding taps).
+    act_raddr: Out, activation memory read address; act_rdata: In, its data one cycle later.
+    wr_en, wr_addr, wr_data, wr_lanes: Out, a write of ``cols`` lanes into one word.
+    """
+
+    def __init__(self, program: Program, widths: Widths):
+        cfg: AcceleratorConfig = program.config
+        self._program, self._cfg, self._w = program, cfg, widths
+        self._in_groups = cfg.bank_width // cfg.rows
+        self._out_groups = cfg.bank_width // cfg.cols
+        super().__init__({
+            "step": In(step_layout(widths, self._in_groups, self._out_groups)),
+            "zero_point": In(signed(8)),
+            "act_raddr": Out(unsigned(widths.act_addr)),
+            "act_rdata": In(data.ArrayLayout(signed(8), cfg.bank_width)),
+            "wr_en": Out(1),
+            "wr_addr": Out(unsigned(widths.act_addr)),
+            "wr_data": Out(data.ArrayLayout(signed(8), cfg.bank_width)),
+            "wr_lanes": Out(cfg.bank_width),
+            "busy_cycles": Out(32),
+        })
+
+    @property
+    def sum_latency(self) -> int:
+        """Cycles from a step to its sums leaving the array."""
+        return 2 + self._cfg.rows + self._cfg.cols - 1
+
+    @property
+    def write_latency(self) -> int:
+        """Cycles from a step to its (last) write reaching the activation memory."""
+        return self.sum_latency + 1 + Requantizer.LATENCY
+
+    def _delayed(self, m, value, cycles: int, name: str):
+        for n in range(cycles):
+            reg = Signal.like(value, name=f"{name}_{n + 1}")
+            m.d.sync += reg.eq(value)
+            value = reg
+        return value
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, prog, w = self._cfg, self._program, self._w
+        rows, cols = cfg.rows, cfg.cols
+        step = self.step
+
+        # Activation read and lane selection.
+        m.d.comb += self.act_raddr.eq(step.act_addr)
+        step1 = self._delayed(m, step, 1, "step")
+        x_vec = Signal(data.ArrayLayout(signed(8), rows))
+        with m.Switch(step1.act_group):
+            for g in range(self._in_groups):
+                with m.Case(g):
+                    for r in range(rows):
+                        m.d.comb += x_vec[r].eq(self.act_rdata[g * rows + r])
+        x_reg = Signal.like(x_vec)
+        with m.If(step1.pad):
+            m.d.sync += [x_reg[r].eq(self.zero_point) for r in range(rows)]
+        with m.Else():
+            m.d.sync += x_reg.eq(x_vec)
+
+        # Weights: bank 0 reads one cycle after the step, so diagonal d's weight is there
+        # when the vector reaches PE (r, c), d = r + c cycles after entering at t+2.
+        m.submodules.weights = weights = WeightMemory(prog.weight_tiles, w.weight_addr)
+        m.d.comb += weights.addr.eq(step1.w_addr)
+
+        m.submodules.array = array = SystolicArray(rows, cols, 8, cfg.accumulator_bits)
+        m.d.comb += [array.x.eq(x_reg), array.weights.eq(weights.weights)]
+
+        # Accumulate at the array's output.
+        ctrl_early = self._delayed(m, step, self.sum_latency - 1, "ctrl")
+        ctrl = self._delayed(m, ctrl_early, 1, "ctrl")
+        acc_mem = memory.Memory(shape=data.ArrayLayout(signed(cfg.accumulator_bits), cols),
+                                depth=cfg.accumulator_depth, init=[])
+        m.submodules.accumulators = acc_mem
+        acc_wr = acc_mem.write_port()
+        acc_rd = acc_mem.read_port(transparent_for=(acc_wr,))
+        bias_rom = memory.Memory(shape=unsigned(cfg.accumulator_bits * cols), depth=len(prog.bias),
+                                 init=[_pack(b, cfg.accumulator_bits) for b in prog.bias])
+        m.submodules.bias = bias_rom
+        bias_rd = bias_rom.read_port()
+        m.d.comb += [acc_rd.addr.eq(ctrl_early.acc_addr), bias_rd.addr.eq(ctrl_early.p_addr)]
+
+        total = Signal(data.ArrayLayout(signed(cfg.accumulator_bits), cols))
+        for c in range(cols):
+            bias_c = bias_rd.data[c * cfg.accumulator_bits:(c + 1) * cfg.accumulator_bits].as_signed()
+            with m.If(ctrl.first):
+                m.d.comb += total[c].eq(array.y[c] + bias_c)
+            with m.Else():
+                m.d.comb += total[c].eq(array.y[c] + acc_rd.data[c])
+        m.d.comb += [
+            acc_wr.addr.eq(ctrl.acc_addr),
+            acc_wr.data.eq(total),
+            acc_wr.en.eq(ctrl.valid & ~ctrl.last),
+        ]
+
+        # Requantize finished sums.
+        requant_words = []
+        for n in range(len(prog.bias)):
+            words = {"multiplier": [int(v) for v in prog.multiplier[n]],
+                     "shift": [int(v) for v in prog.shift[n]],
+                     "zero_point": int(prog.zero_point[n]),
+                     "clamp_min": int(prog.clamp_min[n]), "clamp_max": int(prog.clamp_max[n])}
+            requant_words.append(requant_params_layout(cols).const(words).as_value().value)
+        requant_rom = memory.Memory(shape=unsigned(requant_params_layout(cols).size),
+                                    depth=len(prog.bias), init=requant_words)
+        m.submodules.requant_params = requant_rom
+        requant_rd = requant_rom.read_port()
+        m.d.comb += requant_rd.addr.eq(ctrl.p_addr)
+
+        tag_layout = data.StructLayout({"addr": unsigned(w.act_addr),
+                                        "group": unsigned(bits_for(self._out_groups - 1))})
+        m.submodules.requantizer = rq = Requantizer(cols, cfg.accumulator_bits, tag_layout)
+        acc_out = Signal.like(total)
+        tag = Signal(tag_layout)
+        valid = Signal()
+        m.d.sync += [acc_out.eq(total), tag.addr.eq(ctrl.out_addr), tag.group.eq(ctrl.out_group),
+                     valid.eq(ctrl.valid & ctrl.last)]
+        m.d.comb += [rq.i_valid.eq(valid), rq.i_acc.eq(acc_out), rq.i_tag.eq(tag),
+                     rq.i_params.eq(requant_rd.data)]
+
+        # Write the output lanes into their group of the destination word.
+        m.d.comb += [self.wr_en.eq(rq.o_valid), self.wr_addr.eq(rq.o_tag.addr)]
+        with m.Switch(rq.o_tag.group):
+            for g in range(self._out_groups):
+                with m.Case(g):
+                    for c in range(cols):
+                        m.d.comb += [self.wr_data[g * cols + c].eq(rq.o_data[c]),
+                                     self.wr_lanes[g * cols + c].eq(1)]
+
+        # Busy cycles: steps that entered the array.
+        with m.If(step.valid):
+            m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
+        return m

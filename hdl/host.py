@@ -1,0 +1,57 @@
+"""Host-side API: pack inputs into ``input_data`` beats and unpack ``output_values`` beats.
+
+A beat carries ``words_per_beat`` activation-memory words (see :mod:`hdl.program`), word
+``w`` of the beat in bits ``[w * B * 8, (w + 1) * B * 8)``, lane ``l`` of a word in bits
+``[l * 8, l * 8 + 8)`` as two's complement. The tensor is channels-last, each pixel's
+channels padded with zeros to a whole number of words.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .program import Program, TensorPlacement
+
+
+def tensor_to_words(placement: TensorPlacement, bank_width: int, codes: np.ndarray) -> np.ndarray:
+    """``(C, H, W)`` or ``(C,)`` int8 codes to ``[words, B]`` int8 memory words."""
+    codes = np.asarray(codes)
+    chw = codes.reshape(placement.channels, placement.height, placement.width)
+    padded = np.zeros((placement.height, placement.width, placement.words_per_pixel * bank_width), np.int8)
+    padded[:, :, :placement.channels] = chw.transpose(1, 2, 0)
+    return padded.reshape(-1, bank_width)
+
+
+def words_to_tensor(placement: TensorPlacement, bank_width: int, words: np.ndarray,
+                    shape: tuple[int, ...]) -> np.ndarray:
+    hwc = np.asarray(words, dtype=np.int8).reshape(placement.height, placement.width, -1)
+    return hwc[:, :, :placement.channels].transpose(2, 0, 1).reshape(shape)
+
+
+def words_to_int(words: np.ndarray) -> int:
+    """Pack ``[n, B]`` int8 lanes little-endian into one integer."""
+    return int.from_bytes(np.asarray(words, dtype=np.int8).tobytes(), "little")
+
+
+def int_to_words(value: int, n_words: int, bank_width: int) -> np.ndarray:
+    raw = value.to_bytes(n_words * bank_width, "little")
+    return np.frombuffer(raw, dtype=np.int8).reshape(n_words, bank_width)
+
+
+def pack_input(program: Program, codes: np.ndarray) -> list[int]:
+    """One inference's int8 input codes to the list of ``input_data`` beat values."""
+    codes = np.asarray(codes)
+    expected = program.input.channels * program.input.height * program.input.width
+    if codes.dtype != np.int8 or codes.size != expected:
+        raise ValueError(f"input must be {expected} int8 codes, not {codes.size} of {codes.dtype}")
+    words = tensor_to_words(program.input, program.config.bank_width, codes)
+    per_beat = program.words_per_beat
+    return [words_to_int(words[i:i + per_beat]) for i in range(0, len(words), per_beat)]
+
+
+def unpack_output(program: Program, beats: list[int]) -> np.ndarray:
+    """The ``output_values`` beats of one inference to int8 codes of the output shape."""
+    if len(beats) != program.output_beats:
+        raise ValueError(f"expected {program.output_beats} output beats, not {len(beats)}")
+    per_beat, bank = program.words_per_beat, program.config.bank_width
+    words = np.concatenate([int_to_words(b, per_beat, bank) for b in beats])[:program.output.words]
+    return words_to_tensor(program.output, bank, words, program.output_shape)

@@ -1,0 +1,267 @@
+"""Lowering a :class:`QuantizedModel` to a program for the array, and memory images.
+
+Everything the array runs is a *GEMM op*: a convolution over a channels-last activation
+tensor (a dense layer is a 1x1 convolution on a 1x1 image whose channels are the
+features; a dense layer after ``Flatten`` is a convolution whose kernel covers the whole
+image). Max-pooling is a *pool op*. ``Flatten`` costs nothing: the following dense
+layer's weights are permuted into the memory's order at compile time.
+
+Activation memory
+-----------------
+Words of ``B = lcm(rows, cols)`` int8 lanes. A tensor ``(C, H, W)`` at word ``base``
+keeps pixel ``p = y * W + x`` in words ``base + p * CW ... base + p * CW + CW - 1``,
+``CW = ceil(C / B)``; channel ``c`` is lane ``c % B`` of word ``c // B`` of its pixel.
+Lanes past ``C`` hold defined but meaningless values; their weights are zero.
+
+Schedule of a GEMM op (this order is what the hardware step generator produces)::
+
+    for nt in range(n_tiles):                  # output-channel tile (cols channels)
+      for block in pixel blocks of <= accumulator_depth output pixels:
+        for (i, j, ct) in kernel taps x channel tiles:   # one weight tile each
+          for m in block:                      # one step = one activation vector
+            step(...)
+
+Weight tile ``(nt, i, j, ct)`` holds ``w[nt*cols + c, ct*rows + r, i, j]`` at PE ``(r, c)``.
+The zero point of the input is folded into the bias: ``bias_eff = bias - zp * sum(w)``;
+padding taps read the zero point, so they add ``zp * w`` that the fold removes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pytorch_ref.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+                                         QuantizedModel)
+
+from .config import AcceleratorConfig
+
+ACT_MIN = -128
+
+
+@dataclass(frozen=True)
+class TensorPlacement:
+    """Where a ``(C, H, W)`` tensor lives in the activation memory."""
+    base: int
+    channels: int
+    height: int
+    width: int
+    words_per_pixel: int
+
+    @property
+    def words(self) -> int:
+        return self.height * self.width * self.words_per_pixel
+
+
+@dataclass(frozen=True)
+class GemmOp:
+    name: str
+    source: TensorPlacement
+    dest: TensorPlacement
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    channel_tiles: int          # ceil(C_in / rows)
+    n_tiles: int                # ceil(C_out / cols)
+    block: int                  # output pixels per accumulator pass
+    weight_base: int            # first weight tile
+    param_base: int             # first parameter word (one per n tile)
+    input_zero_point: int
+    macs: int                   # useful multiply-accumulates (real fan-in x outputs)
+
+    @property
+    def pixels(self) -> int:
+        return self.dest.height * self.dest.width
+
+    @property
+    def k_tiles(self) -> int:
+        return self.kernel[0] * self.kernel[1] * self.channel_tiles
+
+    @property
+    def steps(self) -> int:
+        return self.n_tiles * self.k_tiles * self.pixels
+
+
+@dataclass(frozen=True)
+class PoolOp:
+    name: str
+    source: TensorPlacement
+    dest: TensorPlacement
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+
+    @property
+    def steps(self) -> int:
+        """Memory reads: one per window tap per output word."""
+        return self.dest.words * self.kernel[0] * self.kernel[1]
+
+
+@dataclass
+class Program:
+    """The compiled model: ops in order plus the memory images they use."""
+    config: AcceleratorConfig
+    model_name: str
+    ops: list[GemmOp | PoolOp]
+    input: TensorPlacement
+    output: TensorPlacement
+    output_shape: tuple[int, ...]
+    activation_words: int
+    weight_tiles: np.ndarray          # int8 [tiles, rows, cols]
+    bias: np.ndarray                  # int64 [param words, cols]   (zero point folded in)
+    multiplier: np.ndarray            # int64 [param words, cols]
+    shift: np.ndarray                 # int64 [param words, cols]
+    zero_point: np.ndarray            # int64 [param words]
+    clamp_min: np.ndarray             # int64 [param words]
+    clamp_max: np.ndarray             # int64 [param words]
+    layer_names: list[str] = field(default_factory=list)
+
+    @property
+    def gemm_ops(self) -> list[GemmOp]:
+        return [op for op in self.ops if isinstance(op, GemmOp)]
+
+    @property
+    def words_per_beat(self) -> int:
+        return self.config.input_values_per_beat // self.config.bank_width
+
+    @property
+    def input_beats(self) -> int:
+        return math.ceil(self.input.words / self.words_per_beat)
+
+    @property
+    def output_beats(self) -> int:
+        return math.ceil(self.output.words / self.words_per_beat)
+
+    @property
+    def is_classifier(self) -> bool:
+        """Whether the output is a vector of at most 10 logits (``output_data`` is its argmax)."""
+        return len(self.output_shape) == 1 and self.output_shape[0] <= 10
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class _Lowering:
+    def __init__(self, model: QuantizedModel, config: AcceleratorConfig):
+        self.model, self.config = model, config
+        self.ops = []
+        self.tiles, self.params = [], []
+        self.regions = [0, 0]          # ping-pong halves are allocated after sizing
+
+    def placement(self, shape, base: int) -> TensorPlacement:
+        if len(shape) == 1:
+            c, h, w = shape[0], 1, 1
+        else:
+            c, h, w = shape
+        return TensorPlacement(base, c, h, w, _ceil_div(c, self.config.bank_width))
+
+    def run(self) -> Program:
+        cfg, model = self.config, self.model
+        if cfg.bank_width > cfg.input_values_per_beat:
+            raise ValueError(f"the activation word ({cfg.bank_width} values) must fit one input beat "
+                             f"({cfg.input_values_per_beat} values)")
+        shapes = model.shapes
+        # Ping-pong: tensors alternate between the bottom and the top of the memory.
+        placements = [self.placement(s, 0) for s in shapes]
+        # Flatten keeps the tensor where it is (it is only a change of view).
+        stored = []            # index into shapes of each stored tensor
+        for index, layer in enumerate(model.layers):
+            if isinstance(layer, FlattenLayer):
+                continue
+            stored.append(index + 1)
+        low_words = max([placements[0].words] + [placements[i].words for i in stored[1::2]])
+        high_words = max([0] + [placements[i].words for i in stored[0::2]])
+        top = low_words + high_words
+        current = placements[0]
+        half = 1
+        pending_flatten = False
+        for index, layer in enumerate(model.layers):
+            if isinstance(layer, FlattenLayer):
+                pending_flatten = True
+                continue
+            shape = shapes[index + 1]
+            dest = self.placement(shape, low_words if half else 0)
+            half ^= 1
+            if isinstance(layer, MaxPool2dLayer):
+                self.ops.append(PoolOp(layer.name, current, dest, tuple(layer.kernel_size),
+                                       tuple(layer.stride), tuple(layer.padding)))
+            elif isinstance(layer, (DenseLayer, Conv2dLayer)):
+                self.ops.append(self.gemm(layer, current, dest, pending_flatten))
+            else:
+                raise TypeError(f"{layer.name}: layer type {type(layer).__name__} cannot be lowered")
+            pending_flatten = False
+            current = dest
+        bias, mult, shift, zp, cmin, cmax = (np.array(v) for v in zip(*self.params))
+        return Program(config=cfg, model_name=model.name, ops=self.ops, input=placements[0],
+                       output=current, output_shape=model.output_shape, activation_words=max(top, 1),
+                       weight_tiles=np.array(self.tiles, dtype=np.int8).reshape(-1, cfg.rows, cfg.cols),
+                       bias=bias, multiplier=mult, shift=shift, zero_point=zp, clamp_min=cmin,
+                       clamp_max=cmax, layer_names=[op.name for op in self.ops])
+
+    def gemm(self, layer, source: TensorPlacement, dest: TensorPlacement, after_flatten: bool) -> GemmOp:
+        cfg = self.config
+        rows, cols = cfg.rows, cfg.cols
+        cfg.check_fan_in(layer.fan_in, layer.name)
+        if isinstance(layer, DenseLayer):
+            if after_flatten:
+                # Flatten ordered features as (C, H, W): view the weights as a full-image kernel.
+                kernel = layer.weight.reshape(layer.out_features, source.channels, source.height, source.width)
+            else:
+                kernel = layer.weight.reshape(layer.out_features, -1, 1, 1)
+            stride, padding = (1, 1), (0, 0)
+        else:
+            kernel = layer.weight
+            if layer.groups != 1:
+                kernel = self.expand_groups(layer)
+            stride, padding = tuple(layer.stride), tuple(layer.padding)
+        n_out, c_in, kh, kw = kernel.shape
+        kernel = kernel.astype(np.int64)
+        ct_count, nt_count = _ceil_div(c_in, rows), _ceil_div(n_out, cols)
+        weight_base, param_base = len(self.tiles), len(self.params)
+        padded = np.zeros((nt_count * cols, ct_count * rows, kh, kw), dtype=np.int64)
+        padded[:n_out, :c_in] = kernel
+        for nt in range(nt_count):
+            for i in range(kh):
+                for j in range(kw):
+                    for ct in range(ct_count):
+                        tile = padded[nt * cols:(nt + 1) * cols, ct * rows:(ct + 1) * rows, i, j]
+                        self.tiles.append(tile.T)                     # [rows, cols]
+        zp_in = layer.input_quant.zero_point
+        rq = layer.requant
+        bias_eff = layer.bias.astype(np.int64) - zp_in * kernel.reshape(n_out, -1).sum(axis=1)
+        if (np.abs(bias_eff) >= 2 ** (cfg.accumulator_bits - 1)).any():
+            raise ValueError(f"{layer.name}: bias with the zero point folded in exceeds the accumulator")
+        for nt in range(nt_count):
+            lanes = range(nt * cols, (nt + 1) * cols)
+            self.params.append((
+                [int(bias_eff[n]) if n < n_out else 0 for n in lanes],
+                [int(rq.multiplier[n]) if n < n_out else 0 for n in lanes],
+                [int(rq.shift[n]) if n < n_out else 1 for n in lanes],
+                rq.zero_point, rq.clamp_min, rq.clamp_max))
+        pixels = dest.height * dest.width
+        macs = pixels * layer.out_features * layer.fan_in
+        return GemmOp(layer.name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
+                      min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs)
+
+    @staticmethod
+    def expand_groups(layer: Conv2dLayer) -> np.ndarray:
+        """A grouped convolution as a dense one with block-diagonal weights."""
+        n_out, c_per_group, kh, kw = layer.weight.shape
+        groups = layer.groups
+        n_per_group = n_out // groups
+        dense = np.zeros((n_out, c_per_group * groups, kh, kw), dtype=np.int8)
+        for n in range(n_out):
+            g = n // n_per_group
+            dense[n, g * c_per_group:(g + 1) * c_per_group] = layer.weight[n]
+        return dense
+
+
+def lower(model: QuantizedModel, config: AcceleratorConfig) -> Program:
+    """Compile ``model`` for ``config``; raises ``ValueError`` naming the layer that cannot fit."""
+    if not isinstance(model, QuantizedModel):
+        raise TypeError(f"model must be a QuantizedModel, not {type(model).__name__}")
+    if not isinstance(config, AcceleratorConfig):
+        raise TypeError(f"config must be an AcceleratorConfig, not {type(config).__name__}")
+    return _Lowering(model, config).run()

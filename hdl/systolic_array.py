@@ -1,0 +1,69 @@
+"""The rows x cols grid of processing elements, with the input skew and output de-skew."""
+from amaranth import Module, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from .pe import ProcessingElement
+
+
+class SystolicArray(wiring.Component):
+    """A weight-streaming systolic array computing ``y[c] = sum_r x[r] * w[r][c]``.
+
+    Activations enter on the left (row ``r`` delayed by ``r`` cycles), move right one PE
+    a cycle; partial sums start at zero on top and move down one PE a cycle. PE ``(r, c)``
+    therefore works on the vector that entered ``r + c`` cycles earlier, and
+    ``weights[r][c]`` must hold that vector's weight then (the weight memory delivers
+    weights in this diagonal skew). Column ``c``'s sum is delayed by ``cols - 1 - c`` so
+    that a whole output vector leaves in one cycle, :attr:`latency` cycles after its input
+    vector entered.
+
+    Members
+    -------
+    x: In, ``rows`` signed activations entering together.
+    weights: In, ``rows x cols`` signed weights (skewed, see above).
+    y: Out, ``cols`` signed partial sums leaving together.
+    """
+
+    def __init__(self, rows: int, cols: int, data_bits: int = 8, accumulator_bits: int = 32):
+        self._rows, self._cols = rows, cols
+        self._data_bits, self._accumulator_bits = data_bits, accumulator_bits
+        super().__init__({
+            "x": In(data.ArrayLayout(signed(data_bits), rows)),
+            "weights": In(data.ArrayLayout(data.ArrayLayout(signed(data_bits), cols), rows)),
+            "y": Out(data.ArrayLayout(signed(accumulator_bits), cols)),
+        })
+
+    @property
+    def latency(self) -> int:
+        """Cycles from an input vector at ``x`` to its sums at ``y``."""
+        return self._rows + self._cols - 1
+
+    @staticmethod
+    def _delay(m, value, cycles: int, name: str):
+        for stage in range(cycles):
+            reg = Signal.like(value, name=f"{name}_d{stage + 1}")
+            m.d.sync += reg.eq(value)
+            value = reg
+        return value
+
+    def elaborate(self, platform):
+        m = Module()
+        rows, cols = self._rows, self._cols
+        pes = [[ProcessingElement(self._data_bits, self._accumulator_bits) for _ in range(cols)]
+               for _ in range(rows)]
+        for r in range(rows):
+            for c in range(cols):
+                pe = pes[r][c]
+                m.submodules[f"pe_{r}_{c}"] = pe
+                m.d.comb += pe.weight.eq(self.weights[r][c])
+                if c == 0:
+                    m.d.comb += pe.x_in.eq(self._delay(m, self.x[r], r, f"skew_row{r}"))
+                else:
+                    m.d.comb += pe.x_in.eq(pes[r][c - 1].x_out)
+                if r == 0:
+                    m.d.comb += pe.psum_in.eq(0)
+                else:
+                    m.d.comb += pe.psum_in.eq(pes[r - 1][c].psum_out)
+        for c in range(cols):
+            m.d.comb += self.y[c].eq(self._delay(m, pes[rows - 1][c].psum_out, cols - 1 - c, f"deskew_col{c}"))
+        return m

@@ -1,0 +1,51 @@
+"""VHDL-2008 back end for Amaranth designs.
+
+Amaranth 0.5 writes RTLIL, Verilog and CXXRTL but no VHDL, and no Yosys build has a VHDL
+writer. This package is one:
+
+1. :func:`amaranth.back.rtlil.convert` gives the same RTLIL that Amaranth's Verilog comes from;
+2. the Yosys that Amaranth bundles runs ``proc; flatten; memory_collect; opt_clean`` over it
+   and writes a JSON netlist of Yosys internal cells (:mod:`.netlist`);
+3. each cell becomes a concurrent assignment or a process (:mod:`.comb`, :mod:`.regs`,
+   :mod:`.memory`) in one flat entity (:mod:`.emit`) using only ``ieee.numeric_std``.
+
+Why a netlist rather than Amaranth's own IR: Yosys's cell library is small, documented and
+the exact input of Amaranth's Verilog writer, so the VHDL can be tested cell by cell against
+that Verilog in simulation. Why no optimisation passes: the cells stay those the Verilog is
+written from. Cells outside :data:`SUPPORTED_CELLS`, and the cell options listed in the
+submodules, raise :class:`UnsupportedCellError` rather than produce VHDL that could differ.
+
+Where Yosys leaves a value undefined (``x``: division by zero, ``$shiftx`` bits outside its
+input, several active ``$pmux`` selects, constants ``x``, undriven nets, words of a memory
+without initial contents) the VHDL gives a fixed value: 0, and the lowest active select.
+"""
+
+from .emit import SUPPORTED_CELLS, emit_vhdl
+from .errors import UnsupportedCellError
+from .netlist import from_elaboratable
+
+__all__ = ["convert", "netlist_cell_types", "SUPPORTED_CELLS", "UnsupportedCellError"]
+
+
+def convert(elaboratable, *, name="top", ports=None):
+    """VHDL-2008 text for ``elaboratable``, an entity called ``name``.
+
+    Same calling convention as :func:`amaranth.back.verilog.convert`: a
+    :class:`~amaranth.lib.wiring.Component` takes its ports from its signature, any other
+    elaboratable needs ``ports``. Top-level ports keep the names and widths of Amaranth's
+    Verilog; 1-bit ports are ``std_logic``, wider ones ``std_logic_vector(N - 1 downto 0)``.
+
+    Raises
+    ------
+    UnsupportedCellError
+        If the design needs a cell (or cell option) the back end does not translate.
+    ValueError
+        If a port name is not a legal VHDL identifier (e.g. ``a__b``) or ``name`` is not.
+    """
+    return emit_vhdl(from_elaboratable(elaboratable, name=name, ports=ports), name)
+
+
+def netlist_cell_types(elaboratable, *, name="top", ports=None):
+    """The set of Yosys cell types in the netlist :func:`convert` translates."""
+    netlist = from_elaboratable(elaboratable, name=name, ports=ports)
+    return {cell.type for cell in netlist.cells}

@@ -1,0 +1,41 @@
+"""Signal widths derived from a compiled program (no magic numbers elsewhere)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .program import GemmOp, PoolOp, Program
+
+
+def bits_for(value: int) -> int:
+    """Unsigned bits needed to hold ``value`` (at least 1)."""
+    return max(1, int(value).bit_length())
+
+
+@dataclass(frozen=True)
+class Widths:
+    act_addr: int        # activation memory address
+    weight_addr: int     # weight tile address
+    param_addr: int      # parameter word address
+    coord: int           # unsigned pixel coordinate / extent / kernel / stride / padding
+    pixel: int           # pixel index within a tensor
+    acc_addr: int        # accumulator address (pixel within a block)
+    tile: int            # tile counters (channel tiles, n tiles, taps)
+
+    @classmethod
+    def of(cls, program: Program) -> "Widths":
+        cfg = program.config
+        coords, pixels, tiles = [1], [1], [1]
+        for op in program.ops:
+            for t in (op.source, op.dest):
+                coords += [t.height, t.width, t.words_per_pixel]
+                pixels.append(t.height * t.width)
+            coords += list(op.kernel) + list(op.stride) + list(op.padding)
+            if isinstance(op, GemmOp):
+                tiles += [op.channel_tiles, op.n_tiles, op.k_tiles, op.block]
+        return cls(act_addr=bits_for(program.activation_words),
+                   weight_addr=bits_for(max(1, len(program.weight_tiles))),
+                   param_addr=bits_for(max(1, len(program.bias))),
+                   coord=bits_for(max(coords)) + 1,
+                   pixel=bits_for(max(pixels)) + 1,
+                   acc_addr=bits_for(cfg.accumulator_depth),
+                   tile=bits_for(max(tiles)) + 1)

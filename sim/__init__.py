@@ -1,0 +1,1 @@
+"""Simulation: cocotb testbenches, stream driver and monitor, and the runner."""

