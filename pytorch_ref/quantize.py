@@ -1,8 +1,9 @@
-"""Post-training quantization of a float ``nn.Sequential`` into a :class:`QuantizedModel`.
+"""Post-training quantization helpers: weights, biases and requantization.
 
-Activation ranges come from PyTorch's observers on calibration data (affine, int8,
-min/max); weights use a per-output-channel symmetric observer. ReLU after a weighted
-layer is fused into that layer's clamp. Rounding of weights and biases is to nearest
+The front end that walks a model and calibrates it is :mod:`pytorch_ref.frontend`;
+this module holds the per-layer arithmetic it uses. Activation ranges come from
+PyTorch's observers on calibration data (affine, int8, min/max); weights use a
+per-output-channel symmetric observer. Rounding of weights and biases is to nearest
 (``torch.round``, ties to even); the integer arithmetic afterwards follows
 :mod:`pytorch_ref.integer_semantics`.
 """
@@ -11,23 +12,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
-from torch.ao.quantization.observer import MinMaxObserver, PerChannelMinMaxObserver
+from torch.ao.quantization.observer import PerChannelMinMaxObserver
 
 from . import integer_semantics as sem
-from .quantized_model import DenseLayer, FlattenLayer, QuantizedModel, QuantParams, Requantization
-
-SUPPORTED = (nn.Linear, nn.ReLU, nn.Flatten)
-
-
-def _activation_observer() -> MinMaxObserver:
-    return MinMaxObserver(dtype=torch.qint8, qscheme=torch.per_tensor_affine,
-                          quant_min=sem.ACTIVATION_MIN, quant_max=sem.ACTIVATION_MAX)
-
-
-def _quant_params(observer: MinMaxObserver) -> QuantParams:
-    scale, zero_point = observer.calculate_qparams()
-    return QuantParams(float(scale.item()), int(zero_point.item()))
-
+from .quantized_model import QuantizedModel, QuantParams, Requantization
 
 def quantize_weight(weight: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Per-output-channel symmetric int8 weights in [-127, 127]; returns (codes, scales)."""
@@ -59,49 +47,13 @@ def quantize_bias(bias: torch.Tensor | None, input_scale: float, weight_scales: 
     return q.astype(np.int32)
 
 
-@torch.no_grad()
-def quantize_sequential(model: nn.Sequential, calibration: torch.Tensor, name: str = "model") -> QuantizedModel:
-    """Quantize a Sequential of Linear, ReLU and Flatten modules.
+def quantize_sequential(model: nn.Module, calibration: torch.Tensor, name: str = "model") -> QuantizedModel:
+    """Quantize a float model; kept for its callers, the front end is
+    :func:`pytorch_ref.frontend.quantize_model` (which also takes Conv2d, BatchNorm2d,
+    MaxPool2d and fx-traceable modules).
 
     ``calibration`` is a float batch ``[B, *input_shape]`` whose ranges set every
     activation's scale and zero point.
     """
-    modules = list(model.eval().children())
-    for index, module in enumerate(modules):
-        if not isinstance(module, SUPPORTED):
-            raise TypeError(f"layer {index} ({type(module).__name__}) is not supported here; "
-                            f"supported: {', '.join(t.__name__ for t in SUPPORTED)}")
-    observer = _activation_observer()
-    observer(calibration)
-    input_quant = _quant_params(observer)
-    current_quant = input_quant
-    x = calibration
-    layers = []
-    index = 0
-    while index < len(modules):
-        module = modules[index]
-        layer_name = f"{index}.{type(module).__name__}"
-        if isinstance(module, nn.Flatten):
-            x = module(x)
-            layers.append(FlattenLayer(layer_name))
-            index += 1
-            continue
-        if isinstance(module, nn.ReLU):
-            raise TypeError(f"layer {index} (ReLU) must follow a Linear layer to be fused")
-        relu = index + 1 < len(modules) and isinstance(modules[index + 1], nn.ReLU)
-        x = module(x)
-        if relu:
-            x = torch.relu(x)
-        observer = _activation_observer()
-        observer(x)
-        output_quant = _quant_params(observer)
-        codes, weight_scales = quantize_weight(module.weight)
-        layers.append(DenseLayer(
-            name=layer_name, weight=codes,
-            bias=quantize_bias(module.bias, current_quant.scale, weight_scales, layer_name),
-            input_quant=current_quant, output_quant=output_quant,
-            requant=make_requantization(current_quant.scale, weight_scales, output_quant, relu)))
-        current_quant = output_quant
-        index += 2 if relu else 1
-    return QuantizedModel(name=name, input_shape=tuple(calibration.shape[1:]), input_quant=input_quant,
-                          layers=tuple(layers))
+    from .frontend import quantize_model     # the front end builds on this module's helpers
+    return quantize_model(model, calibration, name=name)

@@ -1,0 +1,397 @@
+"""The float front end: a PyTorch model to a :class:`QuantizedModel`.
+
+:func:`quantize_model` compiles in five passes:
+
+1. trace the model with ``torch.fx`` and walk it as a chain (:mod:`pytorch_ref.graph`),
+   one handler per layer type turning each node into a neutral float op;
+2. fuse: fold each BatchNorm2d into the Conv2d before it (eval-mode running
+   statistics), and fuse each ReLU into the clamp of the Conv2d/Linear before it
+   (through MaxPool2d and Flatten, which commute with ReLU);
+3. propagate shapes, stopping with a message naming the layer that cannot work;
+4. calibrate: run the float ops on calibration data, with a ``torch.ao`` observer
+   (``MinMaxObserver`` unless told otherwise) on the input and on every weighted
+   layer's output;
+5. lower each op to its integer layer (weights per-channel symmetric, biases int32,
+   requantization multiplier and shift; see :mod:`pytorch_ref.quantize`).
+
+Supported: Conv2d (any kernel, stride, padding, groups; zeros padding, dilation 1),
+Linear, ReLU, MaxPool2d (dilation 1, no ceil mode), BatchNorm2d (after a Conv2d),
+Flatten, Dropout and Identity (no-ops in eval mode), and the functions and methods
+``torch.relu``, ``F.relu``, ``F.max_pool2d``, ``torch.flatten``, ``x.flatten(1)``,
+``x.view(x.size(0), -1)`` and ``x.reshape(...)`` of the same form.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.ao.quantization.observer import MinMaxObserver, ObserverBase
+
+from . import integer_semantics as sem
+from .graph import Registry, Step, flatten_spec, pair, trace, walk
+from .quantize import make_requantization, quantize_bias, quantize_weight
+from .quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
+                              QuantParams)
+
+__all__ = ["quantize_model", "fold_batchnorm", "float_ops", "activation_observer", "REGISTRY"]
+
+#: The float front end's handlers, one per layer type.
+REGISTRY = Registry("float front end")
+
+
+# -- neutral float ops -------------------------------------------------------------
+
+@dataclass
+class WeightedOp:
+    """A Conv2d or Linear (BatchNorm already folded), with ReLU fused or not."""
+    name: str
+    where: str
+    module: nn.Conv2d | nn.Linear
+    relu: bool = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.module(x)
+        return torch.relu(y) if self.relu else y
+
+    def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        m = self.module
+        if isinstance(m, nn.Linear):
+            if len(shape) != 1:
+                raise ValueError(f"{self.where}: a Linear layer needs a flat (features,) input, not "
+                                 f"shape {shape}; flatten before it")
+            if shape[0] != m.in_features:
+                raise ValueError(f"{self.where}: expects {m.in_features} input features, not {shape[0]} "
+                                 f"(the input shape of the model does not match this layer)")
+            return (m.out_features,)
+        if len(shape) != 3:
+            raise ValueError(f"{self.where}: a Conv2d needs a (channels, height, width) input, not shape {shape}")
+        if shape[0] != m.in_channels:
+            raise ValueError(f"{self.where}: expects {m.in_channels} input channels, not {shape[0]}")
+        return (m.out_channels,) + _window_output(shape, m.kernel_size, m.stride, m.padding, "kernel", self.where)
+
+
+@dataclass
+class MaxPoolOp:
+    name: str
+    where: str
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+
+    def forward(self, x):
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+    def output_shape(self, shape):
+        if len(shape) != 3:
+            raise ValueError(f"{self.where}: max-pooling needs a (channels, height, width) input, not shape {shape}")
+        return (shape[0],) + _window_output(shape, self.kernel_size, self.stride, self.padding, "pooling window",
+                                            self.where)
+
+
+@dataclass
+class FlattenOp:
+    name: str
+    where: str
+    features: int | None = None     # what a view(-1, N) names, checked against the shape
+
+    def forward(self, x):
+        return x.flatten(1)
+
+    def output_shape(self, shape):
+        features = 1
+        for d in shape:
+            features *= d
+        if self.features is not None and self.features != features:
+            raise ValueError(f"{self.where}: reshapes to {self.features} features, but its input "
+                             f"{shape} has {features}")
+        return (features,)
+
+
+@dataclass
+class BatchNormOp:
+    """Folded into the Conv2d before it by :func:`_fuse`; never lowered."""
+    name: str
+    where: str
+    module: nn.BatchNorm2d
+
+
+@dataclass
+class ReLUOp:
+    """Fused into the weighted layer before it by :func:`_fuse`; never lowered."""
+    name: str
+    where: str
+
+
+FloatOp = WeightedOp | MaxPoolOp | FlattenOp
+
+
+def _window_output(shape, kernel, stride, padding, what, where) -> tuple[int, int]:
+    _, h, w = shape
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    oh = (h + 2 * ph - kh) // sh + 1
+    ow = (w + 2 * pw - kw) // sw + 1
+    if h + 2 * ph < kh or w + 2 * pw < kw:
+        raise ValueError(f"{where}: a {kh}x{kw} {what} does not fit its {h}x{w} input (padding {ph}, {pw}); "
+                         f"the model's input is too small for this layer")
+    return (oh, ow)
+
+
+# -- handlers ------------------------------------------------------------------------
+
+def _name(step: Step) -> str:
+    """Layer names in the QuantizedModel: ``<module path>.<type>`` or the fx node name."""
+    if step.module is not None:
+        return f"{step.node.target}.{type(step.module).__name__}"
+    return step.node.name
+
+
+@REGISTRY.module(nn.Conv2d)
+def _conv2d(step: Step):
+    conv = step.module
+    if conv.padding_mode != "zeros":
+        raise ValueError(f"{step.where}: padding mode must be 'zeros', not {conv.padding_mode!r}")
+    if tuple(conv.dilation) != (1, 1):
+        raise ValueError(f"{step.where}: dilation must be 1, not {tuple(conv.dilation)}")
+    if isinstance(conv.padding, str):
+        conv = copy.deepcopy(conv)
+        if conv.padding == "valid":
+            conv.padding = (0, 0)
+        else:   # "same": PyTorch allows it only with stride 1
+            if any(k % 2 == 0 for k in conv.kernel_size):
+                raise ValueError(f"{step.where}: padding='same' with an even kernel {tuple(conv.kernel_size)} "
+                                 f"pads asymmetrically, which is not supported")
+            conv.padding = tuple((k - 1) // 2 for k in conv.kernel_size)
+        conv._reversed_padding_repeated_twice = [p for p in reversed(conv.padding) for _ in range(2)]
+    return WeightedOp(_name(step), step.where, conv)
+
+
+@REGISTRY.module(nn.Linear)
+def _linear(step: Step):
+    return WeightedOp(_name(step), step.where, step.module)
+
+
+@REGISTRY.module(nn.BatchNorm2d)
+def _batchnorm(step: Step):
+    bn = step.module
+    if bn.running_mean is None or bn.running_var is None:
+        raise ValueError(f"{step.where}: needs running statistics to be folded "
+                         f"(track_running_stats=True)")
+    return BatchNormOp(_name(step), step.where, bn)
+
+
+@REGISTRY.module(nn.ReLU)
+@REGISTRY.function(torch.relu, torch.relu_, F.relu, F.relu_)
+@REGISTRY.method("relu", "relu_")
+def _relu(step: Step):
+    return ReLUOp(_name(step), step.where)
+
+
+def _max_pool_signature(input, kernel_size, stride=None, padding=0, dilation=1,   # noqa: A002
+                        ceil_mode=False, return_indices=False):
+    return dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+                ceil_mode=ceil_mode, return_indices=return_indices)
+
+
+@REGISTRY.module(nn.MaxPool2d)
+@REGISTRY.function(F.max_pool2d)
+def _maxpool(step: Step):
+    if step.module is not None:
+        m = step.module
+        args = dict(kernel_size=m.kernel_size, stride=m.stride, padding=m.padding, dilation=m.dilation,
+                    ceil_mode=m.ceil_mode, return_indices=m.return_indices)
+    else:
+        args = _max_pool_signature(*step.node.args, **step.node.kwargs)
+    return maxpool_op(_name(step), step.where, **args)
+
+
+def maxpool_op(name, where, kernel_size, stride, padding, dilation, ceil_mode, return_indices) -> MaxPoolOp:
+    """Validate MaxPool2d arguments (shared with the torch.ao front end)."""
+    if pair(dilation, "dilation", where) != (1, 1):
+        raise ValueError(f"{where}: dilation must be 1, not {dilation!r}")
+    if ceil_mode:
+        raise ValueError(f"{where}: ceil_mode must be False")
+    if return_indices:
+        raise ValueError(f"{where}: return_indices must be False")
+    kernel = pair(kernel_size, "kernel_size", where)
+    stride = kernel if stride is None or stride == () or stride == [] else pair(stride, "stride", where)
+    padding = pair(padding, "padding", where)
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise ValueError(f"{where}: padding {padding} must be at most half the kernel {kernel}")
+    return MaxPoolOp(name, where, kernel, stride, padding)
+
+
+@REGISTRY.module(nn.Flatten)
+def _flatten_module(step: Step):
+    if (step.module.start_dim, step.module.end_dim) != (1, -1):
+        raise ValueError(f"{step.where}: only Flatten(start_dim=1, end_dim=-1) is supported, not "
+                         f"start_dim={step.module.start_dim}, end_dim={step.module.end_dim}")
+    return FlattenOp(_name(step), step.where)
+
+
+@REGISTRY.function(torch.flatten)
+@REGISTRY.method("flatten", "view", "reshape")
+def _flatten_call(step: Step):
+    return FlattenOp(_name(step), step.where, flatten_spec(step.node, step.where))
+
+
+@REGISTRY.module(nn.Identity, nn.Dropout)
+def _no_op(step: Step):
+    return None
+
+
+# -- fusion --------------------------------------------------------------------------
+
+@torch.no_grad()
+def fold_batchnorm(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
+    """A new Conv2d equal to ``bn(conv(x))`` with ``bn`` in eval mode (running statistics).
+
+    ``w' = w * g / sqrt(var + eps)`` per output channel and
+    ``b' = (b - mean) * g / sqrt(var + eps) + beta``, computed in float64.
+    """
+    if bn.num_features != conv.out_channels:
+        raise ValueError(f"BatchNorm2d has {bn.num_features} features but the Conv2d before it "
+                         f"has {conv.out_channels} output channels")
+    gamma = bn.weight.double() if bn.weight is not None else torch.ones(bn.num_features, dtype=torch.float64)
+    beta = bn.bias.double() if bn.bias is not None else torch.zeros(bn.num_features, dtype=torch.float64)
+    factor = gamma / torch.sqrt(bn.running_var.double() + bn.eps)
+    bias = conv.bias.double() if conv.bias is not None else torch.zeros(conv.out_channels, dtype=torch.float64)
+    folded = copy.deepcopy(conv)
+    folded.weight = nn.Parameter((conv.weight.double() * factor.view(-1, 1, 1, 1)).to(conv.weight.dtype))
+    folded.bias = nn.Parameter(((bias - bn.running_mean.double()) * factor + beta).to(conv.weight.dtype))
+    return folded
+
+
+def _fuse(ops: list) -> list[FloatOp]:
+    fused: list[FloatOp] = []
+    for op in ops:
+        if isinstance(op, BatchNormOp):
+            before = fused[-1] if fused else None
+            if not (isinstance(before, WeightedOp) and isinstance(before.module, nn.Conv2d) and not before.relu):
+                raise ValueError(f"{op.where} must directly follow a Conv2d to be folded into it")
+            try:
+                before.module = fold_batchnorm(before.module, op.module)
+            except ValueError as error:
+                raise ValueError(f"{op.where}: {error}") from None
+        elif isinstance(op, ReLUOp):
+            # ReLU commutes with max-pooling and flattening: fuse it into the weighted layer.
+            target = next((o for o in reversed(fused) if isinstance(o, WeightedOp)), None)
+            between = fused[fused.index(target) + 1:] if target is not None else fused
+            if target is None or not all(isinstance(o, (MaxPoolOp, FlattenOp)) for o in between):
+                raise ValueError(f"{op.where} has no Conv2d or Linear before it to fuse into "
+                                 f"(only MaxPool2d and Flatten may stand between them)")
+            target.relu = True      # a second ReLU is idempotent
+        else:
+            fused.append(op)
+    return fused
+
+
+def float_ops(model: nn.Module) -> list[FloatOp]:
+    """The model as a fused chain of float ops (on a copy in eval mode)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    model = copy.deepcopy(model).eval()
+    graph_module = trace(model)
+    ops = [step.handler(step) for step in walk(graph_module, REGISTRY)]
+    return _fuse([op for op in ops if op is not None])
+
+
+def check_shapes(ops, input_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every op's output shape; a layer that cannot work raises a ValueError naming it
+    and the shapes up to it."""
+    shapes = [tuple(input_shape)]
+    for op in ops:
+        try:
+            shapes.append(op.output_shape(shapes[-1]))
+        except ValueError as error:
+            trail = " -> ".join("x".join(map(str, s)) for s in shapes)
+            raise ValueError(f"{error} (shapes from the model input: {trail})") from None
+    return shapes
+
+
+# -- calibration and lowering ----------------------------------------------------------
+
+def activation_observer() -> ObserverBase:
+    """The default observer: per-tensor affine int8 min/max."""
+    return MinMaxObserver(dtype=torch.qint8, qscheme=torch.per_tensor_affine,
+                          quant_min=sem.ACTIVATION_MIN, quant_max=sem.ACTIVATION_MAX)
+
+
+def _quant_params(observer: ObserverBase) -> QuantParams:
+    scale, zero_point = observer.calculate_qparams()
+    return QuantParams(float(scale.item()), int(zero_point.item()))
+
+
+def _batches(calibration, batch_size: int) -> Iterable[torch.Tensor]:
+    if isinstance(calibration, torch.Tensor):
+        yield from calibration.split(batch_size)
+    else:
+        yield from calibration
+
+
+@torch.no_grad()
+def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.Tensor], *,
+                   name: str = "model", input_shape: tuple[int, ...] | None = None,
+                   observer: Callable[[], ObserverBase] = activation_observer,
+                   batch_size: int = 256) -> QuantizedModel:
+    """Compile a float model into a :class:`QuantizedModel` (see the module docstring).
+
+    ``calibration`` is a float batch ``[B, *input_shape]`` (run in chunks of
+    ``batch_size``) or an iterable of such batches; its ranges set every activation's
+    scale and zero point through ``observer()`` instances. ``input_shape`` defaults
+    to the calibration batch's shape without the batch dimension.
+    """
+    ops = float_ops(model)
+    if isinstance(calibration, torch.Tensor):
+        if calibration.dim() < 2:
+            raise ValueError(f"calibration must be a batch [B, *input_shape], not shape {tuple(calibration.shape)}")
+        input_shape = input_shape or tuple(calibration.shape[1:])
+    if input_shape is None:
+        raise ValueError("input_shape is needed when calibration is not a tensor")
+    input_shape = tuple(input_shape)
+    check_shapes(ops, input_shape)
+
+    input_observer = observer()
+    observers = {id(op): observer() for op in ops if isinstance(op, WeightedOp)}
+    seen = 0
+    for batch in _batches(calibration, batch_size):
+        if tuple(batch.shape[1:]) != input_shape:
+            raise ValueError(f"calibration batches must have shape [B, {', '.join(map(str, input_shape))}], "
+                             f"not {list(batch.shape)}")
+        x = batch.float()
+        input_observer(x)
+        for op in ops:
+            x = op.forward(x)
+            if isinstance(op, WeightedOp):
+                observers[id(op)](x)
+        seen += len(batch)
+    if seen == 0:
+        raise ValueError("calibration data is empty")
+
+    input_quant = current = _quant_params(input_observer)
+    layers = []
+    for op in ops:
+        if isinstance(op, WeightedOp):
+            output_quant = _quant_params(observers[id(op)])
+            layers.append(_lower_weighted(op, current, output_quant))
+            current = output_quant
+        elif isinstance(op, MaxPoolOp):
+            layers.append(MaxPool2dLayer(op.name, op.kernel_size, op.stride, op.padding))
+        else:
+            layers.append(FlattenLayer(op.name))
+    return QuantizedModel(name=name, input_shape=input_shape, input_quant=input_quant, layers=tuple(layers))
+
+
+def _lower_weighted(op: WeightedOp, input_quant: QuantParams, output_quant: QuantParams):
+    m = op.module
+    codes, weight_scales = quantize_weight(m.weight)
+    common = dict(name=op.name, weight=codes,
+                  bias=quantize_bias(m.bias, input_quant.scale, weight_scales, op.name),
+                  input_quant=input_quant, output_quant=output_quant,
+                  requant=make_requantization(input_quant.scale, weight_scales, output_quant, op.relu))
+    if isinstance(m, nn.Linear):
+        return DenseLayer(**common)
+    return Conv2dLayer(**common, stride=tuple(m.stride), padding=tuple(m.padding), groups=m.groups)

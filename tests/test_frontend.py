@@ -1,0 +1,307 @@
+"""The float front end: tracing, handlers, BatchNorm folding, fusion, and every error message."""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pytorch_ref import integer_semantics as sem
+from pytorch_ref import models
+from pytorch_ref.frontend import float_ops, fold_batchnorm, quantize_model
+from pytorch_ref.quantize import quantize_sequential
+from pytorch_ref.quantized_model import Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer
+from pytorch_ref.reference import run_integer_reference
+
+torch.set_num_threads(1)
+
+
+def _randn(*shape, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _batchnorm(channels, seed=0):
+    bn = nn.BatchNorm2d(channels)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        bn.running_mean.normal_(0, 0.5, generator=generator)
+        bn.running_var.uniform_(0.3, 3.0, generator=generator)
+        bn.weight.uniform_(0.5, 1.5, generator=generator)
+        bn.bias.normal_(0, 0.3, generator=generator)
+    return bn.eval()
+
+
+def _relu_fused(layer) -> bool:
+    """ReLU clamps at the output zero point (often -128 itself after a ReLU: calibration
+    sees no negative values, so ``Requantization.relu`` reads False and the clamp does it)."""
+    return layer.requant.clamp_min == max(-128, layer.output_quant.zero_point)
+
+
+# -- BatchNorm folding -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("groups, bias", [(1, True), (1, False), (6, True)])
+def test_fold_batchnorm_matches_conv_then_batchnorm(groups, bias):
+    torch.manual_seed(0)
+    conv = nn.Conv2d(6, 6, 3, padding=1, groups=groups, bias=bias).eval()
+    bn = _batchnorm(6)
+    x = _randn(4, 6, 9, 9)
+    folded = fold_batchnorm(conv, bn)
+    with torch.no_grad():
+        torch.testing.assert_close(folded(x), bn(conv(x)), rtol=1e-5, atol=1e-5)
+    assert folded is not conv and conv.weight.shape == folded.weight.shape
+
+
+def test_batchnorm_is_folded_at_compile_time():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), _batchnorm(8), nn.ReLU()).eval()
+    ops = float_ops(model)
+    assert len(ops) == 1 and ops[0].relu
+    x = _randn(2, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(ops[0].forward(x), model(x), rtol=1e-5, atol=1e-5)
+    quantized = quantize_model(model, x)
+    assert [type(l) for l in quantized.layers] == [Conv2dLayer]
+    assert _relu_fused(quantized.layers[0])
+
+
+def test_front_end_leaves_the_model_alone():
+    model = models.build("stem").train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    quantize_model(model, _randn(4, 3, 32, 32))
+    assert model.training
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+# -- layers and fusion ---------------------------------------------------------------------------
+
+def test_stride_two_and_depthwise_compile():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 4, 3, stride=2, padding=1, groups=4), _batchnorm(4), nn.ReLU(),
+                          nn.Conv2d(4, 8, (3, 1), stride=(2, 1), padding=(1, 0)), nn.ReLU(),
+                          nn.MaxPool2d((2, 3), stride=(1, 2), padding=(1, 1))).eval()
+    x = _randn(16, 4, 11, 10)
+    quantized = quantize_model(model, x, name="strided")
+    depthwise, pointwise, pool = quantized.layers
+    assert (depthwise.groups, depthwise.stride, depthwise.padding) == (4, (2, 2), (1, 1))
+    assert depthwise.weight.shape == (4, 1, 3, 3)
+    assert (pointwise.stride, pointwise.padding, pointwise.kernel_size) == ((2, 1), (1, 0), (3, 1))
+    assert (pool.kernel_size, pool.stride, pool.padding) == ((2, 3), (1, 2), (1, 1))
+    with torch.no_grad():
+        expected = model(x)
+    assert quantized.output_shape == tuple(expected.shape[1:])
+    codes = sem.quantize_activation(x, quantized.input_quant.scale, quantized.input_quant.zero_point)
+    out = run_integer_reference(quantized, codes, device="cpu")
+    o = quantized.output_quant
+    error = (sem.dequantize_activation(out, o.scale, o.zero_point) - expected).abs() / o.scale
+    assert error.max() < 4
+
+
+def test_relu_fuses_through_maxpool_and_flatten():
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2), nn.Flatten(), nn.ReLU(), nn.Linear(8, 3))
+    quantized = quantize_model(model, _randn(8, 1, 6, 6))
+    assert [type(l) for l in quantized.layers] == [Conv2dLayer, MaxPool2dLayer, FlattenLayer, DenseLayer]
+    assert _relu_fused(quantized.layers[0]) and quantized.layers[3].requant.clamp_min == -128
+    assert [getattr(op, "relu", None) for op in float_ops(model)] == [True, None, None, False]
+
+
+class Functional(nn.Module):
+    """LeNet written with functional calls, as torch.fx traces it."""
+
+    def __init__(self, reference: nn.Sequential, reshape: str):
+        super().__init__()
+        self.conv1, self.conv2, self.conv3 = reference[0], reference[3], reference[6]
+        self.fc1, self.fc2 = reference[9], reference[11]
+        self.reshape = reshape
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = torch.relu(self.conv2(x))
+        x = nn.functional.max_pool2d(x, kernel_size=2, stride=2)
+        x = self.conv3(x).relu()
+        if self.reshape == "view":
+            x = x.view(x.size(0), -1)
+        elif self.reshape == "shape":
+            x = x.reshape(x.shape[0], -1)
+        elif self.reshape == "features":
+            x = x.view(-1, 800)
+        else:
+            x = torch.flatten(x, 1)
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+@pytest.mark.parametrize("reshape", ["view", "shape", "features", "flatten"])
+def test_traced_functional_model_equals_sequential(reshape):
+    sequential = models.build("lenet")
+    x = _randn(8, 1, 44, 44)
+    expected = quantize_model(sequential, x)
+    traced = quantize_model(Functional(sequential, reshape), x)
+    assert len(traced.layers) == len(expected.layers)
+    for a, b in zip(traced.layers, expected.layers):
+        assert type(a) is type(b)
+        for f in dataclasses.fields(a):
+            if f.name != "name":
+                va, vb = getattr(a, f.name), getattr(b, f.name)
+                if isinstance(va, np.ndarray):
+                    assert np.array_equal(va, vb), (a.name, f.name)
+                elif f.name == "requant":
+                    assert np.array_equal(va.multiplier, vb.multiplier) and va.clamp_min == vb.clamp_min
+                else:
+                    assert va == vb, (a.name, f.name)
+
+
+def test_names_and_quantize_sequential_wrapper():
+    model = models.build("mlp")
+    x = _randn(32, 64)
+    quantized = quantize_sequential(model, x, name="mlp")
+    assert [l.name for l in quantized.layers] == ["0.Linear", "2.Linear"]
+    assert quantized.name == "mlp" and quantized.input_shape == (64,)
+
+
+def test_dropout_and_identity_are_no_ops():
+    model = nn.Sequential(nn.Linear(4, 3), nn.Dropout(0.5), nn.Identity(), nn.ReLU())
+    quantized = quantize_model(model, _randn(8, 4))
+    assert len(quantized.layers) == 1 and _relu_fused(quantized.layers[0])
+    assert [op.relu for op in float_ops(model)] == [True]
+
+
+def test_calibration_batches_are_observed_together():
+    model = models.build("mlp")
+    x = _randn(64, 64)
+    whole = quantize_model(model, x, batch_size=64)
+    pieces = quantize_model(model, iter(x.split(10)), input_shape=(64,))
+    assert whole.input_quant == pieces.input_quant
+    assert [l.output_quant for l in whole.weighted_layers] == [l.output_quant for l in pieces.weighted_layers]
+
+
+# -- error messages -------------------------------------------------------------------------------
+
+class Sigmoid(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x))
+
+
+class SigmoidMethod(Sigmoid):
+    def forward(self, x):
+        return self.fc(x).sigmoid()
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return x + self.fc(x)
+
+
+class Branch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.a(x)
+        return self.b(x)
+
+
+class DataDependent(nn.Module):
+    def forward(self, x):
+        return x if x.sum() > 0 else -x
+
+
+class TwoInputs(nn.Module):
+    def forward(self, x, y):
+        return x
+
+
+class Flat0(nn.Module):
+    def forward(self, x):
+        return torch.flatten(x)
+
+
+class ViewBad(nn.Module):
+    def forward(self, x):
+        return x.view(x.size(0), 2, -1)
+
+
+def _no_stats():
+    bn = nn.BatchNorm2d(2, track_running_stats=False)
+    return nn.Sequential(nn.Conv2d(1, 2, 3), bn)
+
+
+@pytest.mark.parametrize("model, shape, error, message", [
+    (nn.Sequential(nn.Linear(4, 4), nn.Sigmoid()), (4,), TypeError,
+     r"^module '1' \(Sigmoid\) is not supported; supported by the float front end: modules BatchNorm2d, "
+     r"Conv2d, Dropout, Flatten, Identity, Linear, MaxPool2d, ReLU; functions .*torch\.flatten.*; "
+     r"tensor methods flatten, relu, relu_, reshape, view$"),
+    (nn.Sequential(nn.Conv2d(1, 1, 3), nn.BatchNorm1d(1)), (1, 5, 5), TypeError,
+     r"^module '1' \(BatchNorm1d\) is not supported; "),
+    (Sigmoid(), (4,), TypeError, r"^function 'sigmoid' \(torch\.sigmoid\) is not supported; "),
+    (SigmoidMethod(), (4,), TypeError, r"^method 'sigmoid' \(Tensor\.sigmoid\) is not supported; "),
+    (Residual(), (4,), TypeError, r"^function 'add' \(operator\.add\) is not supported; "),
+    (Branch(), (4,), TypeError,
+     r"^module 'b' \(Linear\) reads 'x', not only the output of the layer before it \('a'\): "
+     r"only a chain of layers is supported \(no branches or skip connections\)$"),
+    (DataDependent(), (4,), TypeError, r"^cannot trace DataDependent with torch\.fx \(TraceError: "),
+    (TwoInputs(), (4,), TypeError, r"^the model's forward must take exactly one tensor, not 2 \(x, y\)$"),
+    (nn.Sequential(nn.Conv2d(1, 1, 3, padding=1, padding_mode="reflect")), (1, 5, 5), ValueError,
+     r"^module '0' \(Conv2d\): padding mode must be 'zeros', not 'reflect'$"),
+    (nn.Sequential(nn.Conv2d(1, 1, 3, dilation=2)), (1, 9, 9), ValueError,
+     r"^module '0' \(Conv2d\): dilation must be 1, not \(2, 2\)$"),
+    (nn.Sequential(nn.Conv2d(1, 1, 2, padding="same")), (1, 9, 9), ValueError,
+     r"^module '0' \(Conv2d\): padding='same' with an even kernel \(2, 2\) pads asymmetrically, "
+     r"which is not supported$"),
+    (nn.Sequential(nn.Conv2d(1, 1, 3), nn.MaxPool2d(2, ceil_mode=True)), (1, 9, 9), ValueError,
+     r"^module '1' \(MaxPool2d\): ceil_mode must be False$"),
+    (nn.Sequential(nn.Conv2d(1, 1, 3), nn.MaxPool2d(2, dilation=2)), (1, 9, 9), ValueError,
+     r"^module '1' \(MaxPool2d\): dilation must be 1, not 2$"),
+    (nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.BatchNorm2d(2)), (1, 5, 5), ValueError,
+     r"^module '2' \(BatchNorm2d\) must directly follow a Conv2d to be folded into it$"),
+    (nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(3)), (1, 5, 5), ValueError,
+     r"^module '1' \(BatchNorm2d\): BatchNorm2d has 3 features but the Conv2d before it has 2 output channels$"),
+    (_no_stats(), (1, 5, 5), ValueError,
+     r"^module '1' \(BatchNorm2d\): needs running statistics to be folded \(track_running_stats=True\)$"),
+    (nn.Sequential(nn.ReLU(), nn.Linear(4, 4)), (4,), ValueError,
+     r"^module '0' \(ReLU\) has no Conv2d or Linear before it to fuse into "
+     r"\(only MaxPool2d and Flatten may stand between them\)$"),
+    (nn.Sequential(nn.Flatten(0)), (4,), ValueError,
+     r"^module '0' \(Flatten\): only Flatten\(start_dim=1, end_dim=-1\) is supported, not start_dim=0, end_dim=-1$"),
+    (Flat0(), (2, 2), ValueError,
+     r"^function 'flatten' \(torch\.flatten\): only flattening from dimension 1 to -1 \(all but the batch\) "
+     r"is supported, not start_dim=0, end_dim=-1$"),
+    (ViewBad(), (2, 2), ValueError,
+     r"^method 'view' \(Tensor\.view\): only a view to \(batch, features\) is supported"),
+    (models.build("lenet"), (1, 28, 28), ValueError,
+     r"^module '6' \(Conv2d\): a 5x5 kernel does not fit its 4x4 input \(padding 0, 0\); the model's input "
+     r"is too small for this layer \(shapes from the model input: 1x28x28 -> 10x24x24 -> 10x12x12 -> "
+     r"20x8x8 -> 20x4x4\)$"),
+    (models.build("lenet"), (1, 48, 48), ValueError,
+     r"^module '9' \(Linear\): expects 800 input features, not 1250 \(the input shape of the model does not "
+     r"match this layer\) \(shapes from the model input: .* -> 50x5x5 -> 1250\)$"),
+    (nn.Sequential(nn.Conv2d(1, 2, 3), nn.Linear(2, 2)), (1, 5, 5), ValueError,
+     r"^module '1' \(Linear\): a Linear layer needs a flat \(features,\) input, not shape \(2, 3, 3\); "
+     r"flatten before it"),
+    (nn.Sequential(nn.Conv2d(3, 2, 3)), (1, 5, 5), ValueError,
+     r"^module '0' \(Conv2d\): expects 3 input channels, not 1 "),
+    (nn.Sequential(nn.Linear(64, 10)), (8, 8), ValueError,
+     r"^module '0' \(Linear\): a Linear layer needs a flat \(features,\) input, not shape \(8, 8\)"),
+])
+def test_errors_name_the_layer(model, shape, error, message):
+    with pytest.raises(error, match=message):
+        quantize_model(model, _randn(2, *shape))
+
+
+def test_errors_on_calibration_data():
+    with pytest.raises(ValueError, match=r"^calibration must be a batch \[B, \*input_shape\], not shape \(4,\)$"):
+        quantize_model(models.build("mlp"), _randn(4))
+    with pytest.raises(ValueError, match=r"^input_shape is needed when calibration is not a tensor$"):
+        quantize_model(models.build("mlp"), [_randn(4, 64)])
+    with pytest.raises(ValueError, match=r"^calibration data is empty$"):
+        quantize_model(models.build("mlp"), [], input_shape=(64,))
+    with pytest.raises(TypeError, match=r"^model must be a torch\.nn\.Module, not function$"):
+        quantize_model(lambda x: x, _randn(2, 4))

@@ -1,0 +1,96 @@
+"""Hand-checked vectors for pytorch_ref.integer_semantics (rounding, saturation, multipliers)."""
+import pytest
+import torch
+
+from pytorch_ref import integer_semantics as sem
+
+torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize("value, shift, expected", [
+    (5, 1, 3),          # 2.5 -> 3
+    (-5, 1, -2),        # -2.5 -> -2 (ties towards +inf, not away from zero)
+    (-7, 1, -3),        # -3.5 -> -3
+    (7, 1, 4),          # 3.5 -> 4
+    (3, 1, 2),          # 1.5 -> 2
+    (-3, 1, -1),        # -1.5 -> -1
+    (6, 2, 2),          # 1.5 -> 2
+    (-6, 2, -1),        # -1.5 -> -1
+    (5, 2, 1),          # 1.25 -> 1
+    (-5, 2, -1),        # -1.25 -> -1
+    (7, 2, 2),          # 1.75 -> 2
+    (-7, 2, -2),        # -1.75 -> -2
+    (4, 1, 2),
+    (-4, 1, -2),
+    (0, 5, 0),
+    (2 ** 61 + 2 ** 60, 62, 1),     # 0.75 -> 1 at the widest shift
+])
+def test_rounding_shift_right_half_up(value, shift, expected):
+    result = sem.rounding_shift_right_half_up(torch.tensor([value]), shift)
+    assert result.dtype == torch.int64
+    assert result.item() == expected
+
+
+@pytest.mark.parametrize("shift", [0, 63])
+def test_rounding_shift_range(shift):
+    with pytest.raises(ValueError, match=r"^shift must be in \[1, 62\]$"):
+        sem.rounding_shift_right_half_up(torch.tensor([1]), shift)
+
+
+def test_requantize_saturates_and_clamps():
+    # multiplier 2**30, shift 31: a rescale of exactly 0.5.
+    multiplier, shift = torch.tensor([2 ** 30]), torch.tensor([31])
+    acc = torch.tensor([[0, 5, -5, -7, 1000, -1000, 254, 255, -257]])
+    out = sem.requantize_half_up(acc, multiplier, shift, zero_point=0, clamp_min=-128, clamp_max=127)
+    assert out.dtype == torch.int8
+    assert out.tolist() == [[0, 3, -2, -3, 127, -128, 127, 127, -128]]
+    # The zero point is added after rounding, before clamping.
+    out = sem.requantize_half_up(acc, multiplier, shift, zero_point=-10, clamp_min=-128, clamp_max=127)
+    assert out.tolist() == [[-10, -7, -12, -13, 127, -128, 117, 118, -128]]
+    # Fused ReLU clamps at the zero point.
+    clamp_min = sem.relu_clamp_min(-10, relu=True)
+    assert clamp_min == -10
+    out = sem.requantize_half_up(acc, multiplier, shift, zero_point=-10, clamp_min=clamp_min, clamp_max=127)
+    assert out.tolist() == [[-10, -7, -10, -10, 127, -10, 117, 118, -10]]
+
+
+def test_requantize_rejects_accumulator_overflow():
+    with pytest.raises(OverflowError, match=r"^accumulator exceeds 32 bits$"):
+        sem.requantize_half_up(torch.tensor([[2 ** 31]]), torch.tensor([2 ** 30]), torch.tensor([31]), 0, -128, 127)
+
+
+@pytest.mark.parametrize("real, expected", [
+    (0.5, (2 ** 30, 31)),
+    (1.0, (2 ** 30, 30)),
+    (0.75, (3 * 2 ** 29, 31)),
+    (0.1, (1717986918, 34)),             # round(0.8 * 2**31) = round(1717986918.4)
+    (1 - 2 ** -40, (2 ** 30, 30)),       # the mantissa rounds up into the next power of two
+    (2 ** -40, (2 ** 22, 62)),           # beyond 62 bits of shift the multiplier loses bits
+    (2 ** 29, (2 ** 30, 1)),
+])
+def test_quantize_multiplier(real, expected):
+    multiplier, shift = sem.quantize_multiplier(real)
+    assert (multiplier, shift) == expected
+    assert multiplier * 2.0 ** -shift == pytest.approx(real, rel=2 ** -30)
+
+
+@pytest.mark.parametrize("real, message", [
+    (0.0, r"^rescale factor must be a positive finite number, not 0\.0$"),
+    (-0.5, r"^rescale factor must be a positive finite number, not -0\.5$"),
+    (float("inf"), r"^rescale factor must be a positive finite number, not inf$"),
+    (2.0 ** 30, r"^rescale factor must be below 2\*\*30, not 1073741824\.0$"),
+])
+def test_quantize_multiplier_rejects(real, message):
+    with pytest.raises(ValueError, match=message):
+        sem.quantize_multiplier(real)
+
+
+def test_quantize_activation_rounds_half_to_even_and_saturates():
+    x = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, 1000.0, -1000.0])
+    assert sem.quantize_activation(x, 1.0, 0).tolist() == [0, 2, 2, 0, -2, 127, -128]
+    assert sem.quantize_activation(x, 1.0, -3).tolist() == [-3, -1, -1, -3, -5, 127, -128]
+
+
+def test_accumulator_bits_needed():
+    assert sem.accumulator_bits_needed(1) == 17      # 2 * 255 * 127 = 64770 < 2**16: 16 bits + sign
+    assert sem.accumulator_bits_needed(800) <= sem.ACCUMULATOR_BITS
