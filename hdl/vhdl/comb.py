@@ -130,11 +130,6 @@ def _bmux(cell, ctx):
     return f"vh_shift({ctx.operand(cell, 'A')}, {width} * {amount}, {width})"
 
 
-def _bwmux(cell, ctx):
-    s = ctx.operand(cell, "S")
-    return f"({ctx.operand(cell, 'A')} and not {s}) or ({ctx.operand(cell, 'B')} and {s})"
-
-
 def _demux(cell, ctx):
     # Chunk i of Y is A when S = i, else 0.
     width, s_width = cell.param_int("WIDTH"), cell.param_int("S_WIDTH")
@@ -188,6 +183,5 @@ COMB_CELLS = {
     "$mux": _mux,
     "$pmux": _pmux,
     "$bmux": _bmux,
-    "$bwmux": _bwmux,
     "$demux": _demux,
 }
