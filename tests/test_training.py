@@ -1,0 +1,90 @@
+"""Digits data, training with cached checkpoints, and the int8 accuracy targets."""
+import pytest
+import torch
+
+from pytorch_ref import data, models, train
+from pytorch_ref.quantized_model import QuantizedModel
+
+torch.set_num_threads(1)
+
+
+def _quiet(_):
+    pass
+
+
+def test_digits_split_is_fixed_and_stratified():
+    split = data.dataset("mlp")
+    assert split.x_train.shape == (1437, 64) and split.x_test.shape == (360, 64)
+    assert 0.0 <= float(split.x_train.min()) and float(split.x_train.max()) <= 1.0
+    counts = torch.bincount(split.y_test, minlength=10)
+    assert int(counts.min()) >= 35 and int(counts.max()) <= 37          # 20% of ~180 per class
+    again = data.dataset("lenet")
+    assert again.x_test.shape == (360, 1, 44, 44)
+    assert torch.equal(again.y_test, split.y_test)
+    # The upscaled image is the same digit: its 8x8 average pool is close to the original.
+    pooled = torch.nn.functional.adaptive_avg_pool2d(again.x_test[:5], 8).flatten(1)
+    assert (pooled - split.x_test[:5]).abs().mean() < 0.1
+
+
+@pytest.mark.parametrize("name", sorted(models.BUILDERS))
+def test_dataset_shapes(name):
+    split = data.dataset(name)
+    assert tuple(split.x_test.shape[1:]) == models.INPUT_SHAPES[name]
+    assert (split.y_test is None) == (name not in ("mlp", "lenet"))
+
+
+def test_checkpoint_key_follows_hyperparameters(monkeypatch):
+    path = train.checkpoint_path("mlp")
+    assert path == train.checkpoint_path("mlp") and path.parent == train.CHECKPOINT_DIR
+    monkeypatch.setitem(train.HYPERPARAMETERS, "mlp", {**train.HYPERPARAMETERS["mlp"], "lr": 0.5})
+    assert train.checkpoint_path("mlp") != path
+
+
+def test_checkpoints_are_cached(monkeypatch, tmp_path):
+    monkeypatch.setattr(train, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setitem(train.HYPERPARAMETERS, "mlp", {**train.HYPERPARAMETERS["mlp"], "epochs": 2})
+    first = train.trained_model("mlp", log=_quiet)
+    assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".lock", ".pt"]          # no temporary left
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again despite the checkpoint")
+
+    monkeypatch.setattr(train, "train", no_training)
+    second = train.trained_model("mlp", log=_quiet)
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    assert not second.training
+
+
+def test_training_is_deterministic(monkeypatch):
+    monkeypatch.setitem(train.HYPERPARAMETERS, "mlp", {**train.HYPERPARAMETERS["mlp"], "epochs": 1})
+    a, b = train.train("mlp", device="cpu", log=_quiet), train.train("mlp", device="cpu", log=_quiet)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_blocks_have_real_batchnorm_statistics():
+    for name in ("stem", "dwsep"):
+        model = train.trained_model(name)
+        bn = next(m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+        assert not torch.allclose(bn.running_mean, torch.zeros_like(bn.running_mean))
+        assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
+        assert not torch.allclose(bn.weight, torch.ones_like(bn.weight))
+
+
+@pytest.mark.parametrize("name", sorted(models.BUILDERS))
+def test_quantize_trained_api(name):
+    compiled = train.quantize_trained(name, log=_quiet)
+    assert isinstance(compiled.quantized, QuantizedModel) and compiled.quantized.name == name
+    assert compiled.x_codes.dtype == torch.int8
+    assert compiled.x_codes.shape == compiled.x_test.shape
+    assert tuple(compiled.x_codes.shape[1:]) == compiled.quantized.input_shape
+    report = train.accuracy_report(name, compiled)
+    assert report["mean_error"] < 1.0 and report["max_error"] < 8       # in output codes
+
+
+@pytest.mark.parametrize("name, float_floor", [("mlp", 0.95), ("lenet", 0.97)])
+def test_int8_accuracy_within_one_point_of_float(name, float_floor):
+    """Measured: mlp 97.50% float, 97.22% int8; lenet 97.78% float, 97.78% int8."""
+    report = train.accuracy_report(name)
+    assert report["float_accuracy"] >= float_floor, report
+    assert report["int8_accuracy"] >= report["float_accuracy"] - 0.01, report
+    assert report["same_prediction"] >= 0.98, report
