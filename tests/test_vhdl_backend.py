@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from amaranth import Array, ClockDomain, Elaboratable, Module, Print, Signal, signed, unsigned
 from amaranth.back import verilog
+from amaranth.utils import ceil_log2
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -273,3 +274,175 @@ def test_amaranth_registers(async_reset, tmp_path):
     design = check_design(registers, tmp_path, ports=registers.ports, cycles=96)
     kinds = {cell.type for cell in design.cells}
     assert ("$adff" in kinds) == async_reset
+
+
+class _Memory(Elaboratable):
+    """A memory with initial contents, write ports and sync (transparent or not) and async
+    read ports, every port field an input or output of the design."""
+
+    def __init__(self, *, width, depth, init, granularity=None, write_ports=1,
+                 read_ports=("transparent", "old", "async")):
+        self.width, self.depth, self.init = width, depth, init
+        self.granularity, self.read_ports = granularity, read_ports
+        abits = ceil_log2(depth)
+        lanes = width // granularity if granularity else 1
+        self.writes = [(Signal(abits, name=f"wa{j}"), Signal(width, name=f"wd{j}"),
+                        Signal(lanes, name=f"we{j}")) for j in range(write_ports)]
+        self.reads = [(Signal(abits, name=f"ra{i}"), Signal(width, name=f"rd{i}"),
+                       Signal(name=f"re{i}")) for i in range(len(read_ports))]
+        self.ports = [signal for port in self.writes for signal in port]
+        self.ports += [signal for port, kind in zip(self.reads, read_ports)
+                       for signal in (port if kind != "async" else port[:2])]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mem = mem = memory.Memory(shape=self.width, depth=self.depth,
+                                               init=self.init)
+        writes = []
+        for addr, data, en in self.writes:
+            wp = mem.write_port(granularity=self.granularity)
+            m.d.comb += [wp.addr.eq(addr), wp.data.eq(data), wp.en.eq(en)]
+            writes.append(wp)
+        for (addr, data, en), kind in zip(self.reads, self.read_ports):
+            if kind == "async":
+                rp = mem.read_port(domain="comb")
+            else:
+                rp = mem.read_port(transparent_for=writes if kind == "transparent" else ())
+                m.d.comb += rp.en.eq(en)
+            m.d.comb += [rp.addr.eq(addr), data.eq(rp.data)]
+        return m
+
+
+MEMORIES = {
+    "granular": dict(width=8, depth=10, init=[3, 1, 4, 1, 5, 9, 2, 6], granularity=4),
+    "two_writers": dict(width=5, depth=16, init=[31, 0, 17], write_ports=2,
+                        read_ports=("transparent", "old")),
+    "rom": dict(width=12, depth=37, init=list(range(100, 137)), write_ports=0,
+                read_ports=("old", "async")),
+    "wide_rom": dict(width=67, depth=300, init=[(i * 0x9E3779B97F4A7C15) % (1 << 67)
+                                                for i in range(290)],
+                     write_ports=0, read_ports=("old",)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MEMORIES))
+def test_amaranth_memory(kind, tmp_path):
+    mem = _Memory(**MEMORIES[kind])
+    def no_write_collision(values):
+        # Amaranth gives write ports no priority: a collision's result is undefined.
+        if values.get("we1") and values["we0"] and values["wa0"] == values["wa1"]:
+            values["we1"] = 0
+    design = check_design(mem, tmp_path, ports=mem.ports, cycles=160, adjust=no_write_collision)
+    assert "$mem_v2" in {cell.type for cell in design.cells}
+
+
+# --- The public API: convert() against verilog.convert(), clean GHDL analysis -----------
+
+class _Mixed(wiring.Component):
+    """A little of everything: muxes, registers, arithmetic and a memory."""
+    sel: In(4)
+    x: In(8)
+    y: Out(8)
+    z: Out(8)
+    q: Out(signed(10))
+    rd: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.switches = switches = _Switches()
+        m.submodules.mem = mem = memory.Memory(shape=8, depth=12, init=[1, 2, 3])
+        wp, rp = mem.write_port(), mem.read_port(transparent_for=())
+        acc = Signal(signed(10), init=-3)
+        m.d.sync += acc.eq(acc + self.x.as_signed())
+        m.d.comb += [switches.sel.eq(self.sel), switches.x.eq(self.x), self.y.eq(switches.y),
+                     self.z.eq(switches.z), self.q.eq(acc), wp.addr.eq(self.x), wp.data.eq(acc),
+                     wp.en.eq(self.sel[3]), rp.addr.eq(self.sel), self.rd.eq(rp.data)]
+        return m
+
+
+def test_convert_matches_verilog_convert(tmp_path):
+    require_tools("ghdl", "iverilog")
+    vhdl_text = convert(_Mixed(), name="mixed")
+    verilog_text = verilog.convert(_Mixed(), name="mixed")
+    ports = ports_of(netlist.from_elaboratable(_Mixed(), name="mixed"))
+    # Same ports, in the same order, as the Verilog module.
+    header = re.search(r"^module mixed\((.*)\);$", verilog_text, re.M).group(1)
+    assert [port.name for port in ports] == header.split(", ")
+    assert "    sel : in std_logic_vector(3 downto 0);" in vhdl_text
+    assert "    clk : in std_logic;" in vhdl_text
+    stimulus = random_stimulus(ports, 128, random.Random(5))
+    compare(ports, stimulus, *simulate(vhdl_text, verilog_text, ports, stimulus, tmp_path,
+                                       top="mixed"))
+
+
+def test_ghdl_analyses_without_warnings(tmp_path):
+    require_tools("ghdl")
+    (tmp_path / "mixed.vhd").write_text(convert(_Mixed(), name="mixed"))
+    for args in (["-a", "--std=08", "mixed.vhd"], ["-e", "--std=08", "mixed"]):
+        result = subprocess.run(["ghdl", *args], cwd=tmp_path, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == "" and result.stdout == ""
+
+
+def test_netlist_cell_types():
+    kinds = netlist_cell_types(_Mixed(), name="mixed")
+    assert {"$pmux", "$dff", "$mem_v2", "$add"} <= kinds <= SUPPORTED_CELLS
+
+
+# --- Clear errors for what is not supported ------------------------------------------
+
+def test_unknown_cell_type():
+    rtlil_text = "\n".join([
+        "attribute \\top 1", "module \\top",
+        "  wire width 2 input 1 \\a", "  wire width 1 output 2 \\y",
+        '  attribute \\src "design.py:12"',
+        "  cell $lut \\lut0",
+        "    parameter \\WIDTH 2", "    parameter \\LUT 4'0110",
+        "    connect \\A \\a", "    connect \\Y \\y",
+        "  end", "end", ""])
+    with pytest.raises(UnsupportedCellError, match=(
+            r"^VHDL back end does not support cell \$lut \(lut0\) at design\.py:12: "
+            r"no VHDL translation for this cell type$")):
+        emit.emit_vhdl(netlist.from_rtlil(rtlil_text, "top"), "top")
+
+
+class _Printer(wiring.Component):
+    a: In(4)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += Print("a =", self.a)
+        return m
+
+
+def test_print_is_unsupported():
+    with pytest.raises(UnsupportedCellError,
+                       match=r"^VHDL back end does not support cell \$print \(\S+\) at "
+                             r".*test_vhdl_backend\.py:\d+: no VHDL translation"):
+        convert(_Printer())
+
+
+def test_async_memory_write_is_unsupported():
+    mem = _Memory(**MEMORIES["granular"])
+    design = netlist.from_elaboratable(mem, ports=mem.ports)
+    cell, = [cell for cell in design.cells if cell.type == "$mem_v2"]
+    cell.parameters["WR_CLK_ENABLE"] = "0"
+    with pytest.raises(UnsupportedCellError,
+                       match=r"^VHDL back end does not support cell \$mem_v2 \(mem\) at .*: "
+                             r"write ports must be synchronous$"):
+        emit.emit_vhdl(design, "top")
+
+
+def test_port_name_must_be_vhdl_identifier():
+    a, y = Signal(4, name="a__payload"), Signal(4, name="y")
+    m = Module()
+    m.d.comb += y.eq(a)
+    with pytest.raises(ValueError, match=r"^Name must be a legal VHDL basic identifier, "
+                                         r"not 'a__payload'$"):
+        convert(m, ports=[a, y])
+
+
+def test_entity_name_must_be_vhdl_identifier():
+    with pytest.raises(ValueError, match=r"^Name must be a legal VHDL basic identifier, "
+                                         r"not 'entity'$"):
+        convert(_Mixed(), name="entity")
