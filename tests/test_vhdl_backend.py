@@ -368,7 +368,7 @@ def test_convert_matches_verilog_convert(tmp_path):
     # Same ports, in the same order, as the Verilog module.
     header = re.search(r"^module mixed\((.*)\);$", verilog_text, re.M).group(1)
     assert [port.name for port in ports] == header.split(", ")
-    assert "    sel : in std_logic_vector(3 downto 0);" in vhdl_text
+    assert "    sel : in std_logic_vector(3 downto 0)" in vhdl_text
     assert "    clk : in std_logic;" in vhdl_text
     stimulus = random_stimulus(ports, 128, random.Random(5))
     compare(ports, stimulus, *simulate(vhdl_text, verilog_text, ports, stimulus, tmp_path,
