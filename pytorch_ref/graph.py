@@ -20,7 +20,6 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
 from torch import fx, nn
 
 __all__ = ["Registry", "trace", "walk", "describe", "type_name", "is_batch_size", "flatten_spec", "pair"]
