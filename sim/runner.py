@@ -105,11 +105,11 @@ def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarr
                        extra_env={"NNACCEL_CASE": str(case_file), "NNACCEL_RESULTS": str(results_file),
                                   "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     if simulator == "ghdl":
-        runner.build(vhdl_sources=[source], build_args=["--std=08"], **build_kwargs)
+        runner.build(sources=[source], build_args=["--std=08"], **build_kwargs)
         test_kwargs["test_args"] = ["--std=08"]
     else:
         args = ["-Wno-WIDTH", "-Wno-fatal"] if simulator == "verilator" else []
-        runner.build(verilog_sources=[source], build_args=args, timescale=("1ns", "1ps"), **build_kwargs)
+        runner.build(sources=[source], build_args=args, timescale=("1ns", "1ps"), **build_kwargs)
         test_kwargs["test_dir"] = build_dir
         test_kwargs["timescale"] = ("1ns", "1ps")
     build_seconds = time.perf_counter() - start

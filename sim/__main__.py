@@ -1,0 +1,49 @@
+"""``python -m sim``: build the accelerator for a model, simulate inputs, check them exactly.
+
+Prints, per input, whether the hardware output equals the integer reference, the cycles
+per inference and the utilization; exits non-zero on any mismatch.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hdl.config import AcceleratorConfig
+from pytorch_ref.models import BUILDERS
+
+from .cases import random_case
+from .report import print_report
+from .runner import SIMULATORS, simulate
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
+    parser.add_argument("--model", default="linear", choices=sorted(BUILDERS))
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--cols", type=int, default=8)
+    parser.add_argument("--simulator", default="verilator", choices=SIMULATORS)
+    parser.add_argument("--inputs", type=int, default=16, help="number of inputs to simulate")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--build-dir", default="build/sim")
+    args = parser.parse_args(argv)
+    try:
+        config = AcceleratorConfig(rows=args.rows, cols=args.cols)
+    except (TypeError, ValueError) as error:
+        parser.error(str(error))
+    if args.inputs < 1:
+        parser.error(f"inputs must be a positive integer, not {args.inputs}")
+    print(f"[1/3] quantizing {args.model} (seed {args.seed}) and compiling for a {args.rows}x{args.cols} array",
+          flush=True)
+    case = random_case(args.model, config, args.inputs, seed=args.seed)
+    build_dir = Path(args.build_dir) / f"{args.model}_{args.rows}x{args.cols}_{args.simulator}"
+    print(f"[2/3] generating HDL and building with {args.simulator} in {build_dir}", flush=True)
+    report = simulate(case.program, case.inputs, case.expected, simulator=args.simulator,
+                      build_dir=build_dir, seed=args.seed)
+    print(f"[3/3] simulated {len(report.results)} inputs", flush=True)
+    print_report(case, report)
+    return 0 if report.all_match else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The hardware requantizer against ``requantize_half_up``, exactly."""
+import numpy as np
+import torch
+
+from amaranth.lib import data
+
+from hdl.requantizer import Requantizer
+from pytorch_ref import integer_semantics as sem
+from tests.amaranth_sim import run_testbench
+
+# (acc, multiplier, shift, zero_point, clamp_min, clamp_max): ties, negatives, saturation.
+VECTORS = [
+    (5, 2 ** 30, 31, 0, -128, 127),            # 2.5 -> 3 (tie up)
+    (-5, 2 ** 30, 31, 0, -128, 127),           # -2.5 -> -2 (tie up)
+    (-7, 2 ** 30, 31, 0, -128, 127),           # -3.5 -> -3
+    (7, 2 ** 30, 31, 0, -128, 127),            # 3.5 -> 4
+    (1000, 2 ** 30, 1, 3, -128, 127),          # huge -> saturates at 127
+    (-1000, 2 ** 30, 1, 3, -128, 127),         # -> saturates at -128
+    (-50, 2 ** 30, 30, 10, 10, 127),           # fused ReLU: clamp at the zero point
+    (2 ** 31 - 1, 2 ** 31 - 1, 62, -128, -128, 127),
+    (-(2 ** 31), 2 ** 31 - 1, 62, 127, -128, 127),
+    (123456, 1518500250, 40, -7, -128, 127),
+]
+
+
+def test_requantizer_matches_semantics():
+    lanes = 2
+    rng = np.random.default_rng(7)
+    vectors = list(VECTORS)
+    for _ in range(60):
+        vectors.append((int(rng.integers(-2 ** 31, 2 ** 31)), int(rng.integers(2 ** 30, 2 ** 31)),
+                        int(rng.integers(1, 63)), int(rng.integers(-128, 128)), -128, 127))
+    for _ in range(30):
+        zp = int(rng.integers(-128, 128))
+        vectors.append((int(rng.integers(-2 ** 20, 2 ** 20)), int(rng.integers(2 ** 30, 2 ** 31)),
+                        int(rng.integers(20, 40)), zp, max(-128, zp), 127))
+    expected = [int(sem.requantize_half_up(torch.tensor([a]), torch.tensor([m]), torch.tensor([s]), z, lo, hi)[0])
+                for a, m, s, z, lo, hi in vectors]
+    dut = Requantizer(lanes, 32, data.StructLayout({"id": 8}))
+
+    async def bench(ctx):
+        got = []
+        for t in range(len(vectors) + Requantizer.LATENCY):
+            if t < len(vectors):
+                a, m, s, z, lo, hi = vectors[t]
+                ctx.set(dut.i_valid, 1)
+                ctx.set(dut.i_acc, [a, -a if a > -(2 ** 31) else a])
+                ctx.set(dut.i_params, {"multiplier": [m, m], "shift": [s, s], "zero_point": z,
+                                       "clamp_min": lo, "clamp_max": hi})
+                ctx.set(dut.i_tag, {"id": t % 256})
+            else:
+                ctx.set(dut.i_valid, 0)
+            await ctx.tick()
+            if ctx.get(dut.o_valid):
+                got.append((ctx.get(dut.o_data[0]), ctx.get(dut.o_tag.id)))
+        assert [g[1] for g in got] == [t % 256 for t in range(len(vectors))]
+        for index, ((value, _), want) in enumerate(zip(got, expected)):
+            assert value == want, f"vector {index} {vectors[index]}: expected {want}, got {value}"
+
+    run_testbench(dut, bench)
+
+
+def test_semantics_hand_checked_vectors():
+    """The reference half of the pair above: hand-computed results."""
+    results = [int(sem.requantize_half_up(torch.tensor([a]), torch.tensor([m]), torch.tensor([s]), z, lo, hi)[0])
+               for a, m, s, z, lo, hi in VECTORS[:7]]
+    assert results == [3, -2, -3, 4, 127, -128, 10]
