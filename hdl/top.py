@@ -94,7 +94,7 @@ class NeuralNetworkAccelerator(wiring.Component):
                      pool.act_rdata.eq(act_rdata)]
 
         # Per-op constants, selected by the op counter.
-        op_index = Signal(range(max(1, len(prog.ops))))
+        op_index = Signal(range(max(2, len(prog.ops))))
         gemm_layout, pool_layout = gemm_params_layout(w), pool_params_layout(w)
         with m.Switch(op_index):
             for index, op in enumerate(prog.ops):
