@@ -214,13 +214,16 @@ def simulate(vhdl_text, verilog_text, ports, stimulus, workdir, *, top="top"):
     return vhdl_lines, verilog_lines
 
 
-def compare(ports, stimulus, vhdl_lines, verilog_lines, *, max_x_fraction=0.5):
-    """Fail on the first cycle and output port where the simulations disagree."""
+def compare(ports, stimulus, vhdl_lines, verilog_lines, *, max_x_fraction=0.5, skip_cycles=0):
+    """Fail on the first cycle (from ``skip_cycles`` on) and output port where the
+    simulations disagree."""
     outputs = _outputs(ports)
     assert len(vhdl_lines) == len(verilog_lines) == len(stimulus), \
         (len(vhdl_lines), len(verilog_lines), len(stimulus))
     x_bits = total_bits = 0
     for cycle, (vhdl_line, verilog_line) in enumerate(zip(vhdl_lines, verilog_lines)):
+        if cycle < skip_cycles:
+            continue
         offset = 0
         for port in outputs:
             ours = vhdl_line[offset:offset + port.width]
