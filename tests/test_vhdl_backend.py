@@ -5,6 +5,7 @@ import random
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 from amaranth import Array, ClockDomain, Elaboratable, Module, Print, Signal, signed, unsigned
@@ -446,3 +447,32 @@ def test_entity_name_must_be_vhdl_identifier():
     with pytest.raises(ValueError, match=r"^Name must be a legal VHDL basic identifier, "
                                          r"not 'entity'$"):
         convert(_Mixed(), name="entity")
+
+
+class _BigRom(wiring.Component):
+    """The size of the accelerator's weight ROMs: 6,000 words of 512 bits."""
+    addr: In(13)
+    data: Out(512)
+
+    def __init__(self, init):
+        self.init = init
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.rom = rom = memory.Memory(shape=512, depth=len(self.init), init=self.init)
+        port = rom.read_port()
+        m.d.comb += [port.addr.eq(self.addr), self.data.eq(port.data)]
+        return m
+
+
+@pytest.mark.slow
+def test_big_rom_converts_in_seconds():
+    rng = random.Random(7)
+    init = [rng.getrandbits(512) for _ in range(6000)]
+    start = time.monotonic()
+    text = convert(_BigRom(init))
+    elapsed = time.monotonic() - start
+    assert elapsed < 60, f"conversion took {elapsed:.1f} s"
+    assert f'x"{init[0]:0128X}",\n    x"{init[1]:0128X}",' in text
+    assert f'x"{init[5999]:0128X}")' in text

@@ -205,7 +205,10 @@ def simulate(vhdl_text, verilog_text, ports, stimulus, workdir, *, top="top"):
             file.write(text)
     _run(["ghdl", "-a", "--std=08", "dut.vhd", "tb.vhd"], workdir)
     _run(["ghdl", "--elab-run", "--std=08", "tb", "--ieee-asserts=disable"], workdir)
-    _run(["iverilog", "-g2012", "-o", "tb.vvp", "dut.v", "tb.v"], workdir)
+    # Not -g2012: with SystemVerilog semantics a `reg x = 0` initialiser makes no event at
+    # time 0, so Amaranth's `always @*` blocks (woken by such a reg) stay `x` until an input
+    # of theirs changes.
+    _run(["iverilog", "-g2005", "-o", "tb.vvp", "dut.v", "tb.v"], workdir)
     _run(["vvp", "-n", "tb.vvp"], workdir)
     with open(os.path.join(workdir, "vhdl.txt")) as file:
         vhdl_lines = file.read().split()
