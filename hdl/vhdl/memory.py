@@ -46,13 +46,16 @@ def _check(cell):
 
 
 def memory_outputs(cell):
-    """(key, bits, init) of each read port's data signal."""
+    """(key, bits, init) of each read port's data signal; a synchronous port's register
+    starts at ``RD_INIT_VALUE`` (Amaranth leaves it `x`: 0 here)."""
     _check(cell)
     width = cell.param_int("WIDTH")
     rd_ports, _ = _ports(cell)
     init = cell.param_bits("RD_INIT_VALUE")
     data = cell.connections["RD_DATA"]
-    return [(f"RD_DATA{i}", data[i * width:(i + 1) * width], init[i * width:(i + 1) * width])
+    sync = _masks(cell, "RD_CLK_ENABLE", rd_ports)
+    return [(f"RD_DATA{i}", data[i * width:(i + 1) * width],
+             init[i * width:(i + 1) * width] if sync[i] else None)
             for i in range(rd_ports)]
 
 
