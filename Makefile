@@ -12,7 +12,7 @@ export AMARANTH_USE_YOSYS := builtin
 export PYTHONPATH := $(CURDIR)
 
 # Model and array for sim/verilog/vhdl; `make sim MODEL=linear ROWS=4 COLS=8`.
-MODEL   ?= linear
+MODEL   ?= lenet
 ROWS    ?= 8
 COLS    ?= 8
 SIM     ?= verilator

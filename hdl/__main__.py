@@ -1,12 +1,16 @@
-"""``python -m hdl verilog|vhdl``: write the accelerator for a model as Verilog or VHDL."""
+"""``python -m hdl verilog|vhdl``: write the accelerator for a shipped model as Verilog or VHDL.
+
+The command-line layer on top of :func:`hdl.generate.build_top`: it takes the model
+trained (or loaded from the cache) and quantized by :mod:`pytorch_ref.train`. From
+Python, ``build_top(quantized_model, AcceleratorConfig(...))`` takes any model.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
 
-import torch
-
-from pytorch_ref import models, quantize
+from pytorch_ref import models
+from pytorch_ref.train import quantize_trained
 
 from .config import AcceleratorConfig
 from .generate import build_top, to_verilog, to_vhdl, write_atomically
@@ -15,20 +19,16 @@ from .generate import build_top, to_verilog, to_vhdl, write_atomically
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hdl", description=__doc__)
     parser.add_argument("language", choices=("verilog", "vhdl"))
-    parser.add_argument("--model", default="linear", choices=sorted(models.BUILDERS))
+    parser.add_argument("--model", default="lenet", choices=sorted(models.BUILDERS))
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--cols", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-o", "--output", required=True)
     args = parser.parse_args(argv)
     try:
         config = AcceleratorConfig(rows=args.rows, cols=args.cols)
     except (TypeError, ValueError) as error:
         parser.error(str(error))
-    float_model = models.build(args.model, seed=args.seed)
-    calibration = torch.randn((256,) + models.INPUT_SHAPES[args.model],
-                              generator=torch.Generator().manual_seed(args.seed + 1))
-    model = quantize.quantize_sequential(float_model, calibration, args.model)
+    model = quantize_trained(args.model).quantized
     top = build_top(model, config)
     text = to_verilog(top) if args.language == "verilog" else to_vhdl(top)
     write_atomically(args.output, text)

@@ -55,7 +55,6 @@ class GemmEngine(wiring.Component):
             "wr_addr": Out(unsigned(widths.act_addr)),
             "wr_data": Out(data.ArrayLayout(signed(8), cfg.bank_width)),
             "wr_lanes": Out(cfg.bank_width),
-            "busy_cycles": Out(32),
         })
 
     @property
@@ -164,8 +163,4 @@ class GemmEngine(wiring.Component):
                     for c in range(cols):
                         m.d.comb += [self.wr_data[g * cols + c].eq(rq.o_data[c]),
                                      self.wr_lanes[g * cols + c].eq(1)]
-
-        # Busy cycles: steps that entered the array.
-        with m.If(step.valid):
-            m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
         return m

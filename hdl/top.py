@@ -13,7 +13,11 @@ output_data[9:0]      one-hot of the predicted class (argmax of the logits, lowe
                       is not a vector of at most 10 logits
 perf_cycles[31:0]     cycles of the last finished inference, first input beat to last
                       output beat
-perf_busy[31:0]       steps the array issued during it (each step = rows x cols MACs slots)
+perf_busy[31:0]       steps the array issued during it (each step = rows x cols MAC slots)
+perf_select           picks a phase of the last inference: op ``k`` of the program for
+                      ``k < ops``, input load for ``ops``, output for ``ops + 1``
+perf_phase_cycles[31:0], perf_phase_busy[31:0]
+                      cycles and array steps of the selected phase (combinational)
 
 Flow: the loader writes the input beats into the activation memory; each op of the
 program runs to completion (its last write landed) before the next starts; then the
@@ -25,6 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import OUTPUT_CLASSES
 from .gemm_engine import GemmEngine
+from .perf_counters import PerfCounters
 from .pool_engine import PoolEngine, pool_params_layout
 from .program import GemmOp, PoolOp, Program
 from .step_generator import StepGenerator, gemm_params_layout
@@ -64,6 +69,8 @@ class NeuralNetworkAccelerator(wiring.Component):
             "output_data": Out(OUTPUT_CLASSES), "output_values": Out(bus),
             "output_valid": Out(1), "output_ready": In(1), "output_last": Out(1),
             "perf_cycles": Out(PERF_BITS), "perf_busy": Out(PERF_BITS),
+            "perf_select": In(range(max(2, len(program.ops) + 2))),
+            "perf_phase_cycles": Out(PERF_BITS), "perf_phase_busy": Out(PERF_BITS),
         })
 
     @property
@@ -132,6 +139,11 @@ class NeuralNetworkAccelerator(wiring.Component):
         cycles = Signal(PERF_BITS)
         busy = Signal(PERF_BITS)
         counting = Signal()
+        n_ops = len(prog.ops)
+        m.submodules.perf = perf = PerfCounters(n_ops + 2, PERF_BITS)
+        m.d.comb += [perf.enable.eq(counting), perf.busy.eq(steps.step.valid), perf.slot.eq(op_index),
+                     perf.select.eq(self.perf_select), self.perf_phase_cycles.eq(perf.cycles),
+                     self.perf_phase_busy.eq(perf.busy_cycles)]
         with m.If(counting):
             m.d.sync += cycles.eq(cycles + 1)
             with m.If(steps.step.valid):
@@ -156,11 +168,13 @@ class NeuralNetworkAccelerator(wiring.Component):
 
         with m.FSM(name="sequencer"):
             with m.State("LOAD"):
+                m.d.comb += perf.slot.eq(n_ops)
                 m.d.comb += self.input_ready.eq(beat_words_left == 0)
                 with m.If(self.input_valid & self.input_ready):
                     m.d.sync += [beat.eq(self.input_data), beat_words_left.eq(wpb), counting.eq(1)]
                     with m.If(in_words_left == prog.input.words):
                         m.d.sync += [cycles.eq(1), busy.eq(0)]
+                        m.d.comb += [perf.clear.eq(1), perf.enable.eq(1)]
                 with m.If(beat_words_left != 0):
                     m.d.comb += loader_wr_en.eq(1)
                     m.d.sync += [beat.eq(beat >> word_bits), beat_words_left.eq(beat_words_left - 1),
@@ -188,9 +202,11 @@ class NeuralNetworkAccelerator(wiring.Component):
                         m.d.sync += op_index.eq(op_index + 1)
                         m.next = "START"
             with m.State("OUT_ISSUE"):
+                m.d.comb += perf.slot.eq(n_ops + 1)
                 m.d.sync += [out_read_addr.eq(out_read_addr + 1), out_words_left.eq(out_words_left - 1)]
                 m.next = "OUT_CAPTURE"
             with m.State("OUT_CAPTURE"):
+                m.d.comb += perf.slot.eq(n_ops + 1)
                 with m.Switch(out_slot):
                     for s in range(wpb):
                         with m.Case(s):
@@ -213,6 +229,7 @@ class NeuralNetworkAccelerator(wiring.Component):
                 with m.Else():
                     m.next = "OUT_ISSUE"
             with m.State("OUT_SEND"):
+                m.d.comb += perf.slot.eq(n_ops + 1)
                 last = out_words_left == 0
                 m.d.comb += [self.output_valid.eq(1), self.output_values.eq(out_beat),
                              self.output_last.eq(last)]

@@ -12,19 +12,19 @@ from pathlib import Path
 from hdl.config import AcceleratorConfig
 from pytorch_ref.models import BUILDERS
 
-from .cases import random_case
+from .cases import trained_case
 from .report import print_report
 from .runner import SIMULATORS, simulate
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
-    parser.add_argument("--model", default="linear", choices=sorted(BUILDERS))
+    parser.add_argument("--model", default="lenet", choices=sorted(BUILDERS))
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--cols", type=int, default=8)
     parser.add_argument("--simulator", default="verilator", choices=SIMULATORS)
     parser.add_argument("--inputs", type=int, default=16, help="number of inputs to simulate")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the stream stalls")
     parser.add_argument("--build-dir", default="build/sim")
     args = parser.parse_args(argv)
     try:
@@ -33,9 +33,12 @@ def main(argv=None) -> int:
         parser.error(str(error))
     if args.inputs < 1:
         parser.error(f"inputs must be a positive integer, not {args.inputs}")
-    print(f"[1/3] quantizing {args.model} (seed {args.seed}) and compiling for a {args.rows}x{args.cols} array",
+    print(f"[1/3] training or loading {args.model}, quantizing, compiling for a {args.rows}x{args.cols} array",
           flush=True)
-    case = random_case(args.model, config, args.inputs, seed=args.seed)
+    try:
+        case = trained_case(args.model, config, args.inputs)
+    except ValueError as error:
+        parser.error(str(error))
     build_dir = Path(args.build_dir) / f"{args.model}_{args.rows}x{args.cols}_{args.simulator}"
     print(f"[2/3] generating HDL and building with {args.simulator} in {build_dir}", flush=True)
     report = simulate(case.program, case.inputs, case.expected, simulator=args.simulator,

@@ -43,3 +43,24 @@ def random_case(name: str, config: AcceleratorConfig, count: int, seed: int = 0)
     generator = torch.Generator().manual_seed(seed + 2)
     inputs = torch.randn((count,) + models.INPUT_SHAPES[name], generator=generator)
     return make_case(model, config, inputs)
+
+
+@dataclass
+class TrainedCase(Case):
+    labels: list[int] | None         # held-out labels of the simulated inputs (classifiers)
+    accuracy: dict                   # float / int8 figures on the whole held-out split
+
+
+def trained_case(name: str, config: AcceleratorConfig, count: int, log=print) -> TrainedCase:
+    """A shipped model, trained (or loaded from the cache), quantized, with its first
+    ``count`` held-out inputs."""
+    from pytorch_ref.train import accuracy_report, quantize_trained
+    compiled = quantize_trained(name, log=log)
+    codes = compiled.x_codes[:count]
+    if len(codes) < count:
+        raise ValueError(f"{name} has only {len(compiled.x_codes)} held-out inputs, not {count}")
+    expected = run_integer_reference(compiled.quantized, codes).numpy()
+    labels = None if compiled.y_test is None else [int(y) for y in compiled.y_test[:count]]
+    return TrainedCase(name, compiled.quantized, lower(compiled.quantized, config),
+                       [c.numpy() for c in codes], list(expected), labels,
+                       accuracy_report(name, compiled))

@@ -1,20 +1,53 @@
 """Human-readable reports of a simulation: per input, per layer and summary figures."""
 from __future__ import annotations
 
+import numpy as np
+
 from hdl.program import GemmOp
 
 from .cases import Case
 from .runner import SimulationReport
 
 
-def tiling_bound(op: GemmOp) -> int:
-    """Cycles if every array tile were busy every cycle (padding waste included)."""
-    return op.steps
+def tiling_bound(op) -> int:
+    """Cycles of a GEMM op if every array tile were busy every cycle (padding waste
+    included: a tile sticking out of the layer counts whole)."""
+    return op.steps if isinstance(op, GemmOp) else 0
+
+
+def layer_table(case: Case, report: SimulationReport) -> list[dict]:
+    """Per phase of the inference: MACs, measured cycles (mean over inputs), utilization,
+    tiling bound and schedule efficiency."""
+    program = case.program
+    pes = program.config.pes
+    phases = np.array([r["phases"] for r in report.results], dtype=float).mean(axis=0)
+    rows = []
+    names = [op.name for op in program.ops] + ["(input load)", "(output)"]
+    ops = list(program.ops) + [None, None]
+    for name, op, (cycles, busy) in zip(names, ops, phases):
+        macs = op.macs if isinstance(op, GemmOp) else 0
+        bound = tiling_bound(op)
+        rows.append({"layer": name, "kind": type(op).__name__ if op else "io", "macs": macs,
+                     "cycles": cycles, "busy": busy, "utilization": macs / (pes * cycles) if cycles else 0.0,
+                     "tiling_bound": bound, "efficiency": bound / cycles if bound and cycles else None})
+    return rows
+
+
+def print_layer_table(rows: list[dict], pes: int):
+    print(f"\n{'layer':<16} {'MACs':>9} {'cycles':>9} {'utilization':>11} {'tiling bound':>12} {'efficiency':>10}")
+    for r in rows:
+        eff = f"{r['efficiency']:.3f}" if r["efficiency"] is not None else "-"
+        bound = str(r["tiling_bound"]) if r["tiling_bound"] else "-"
+        print(f"{r['layer']:<16} {r['macs']:>9} {r['cycles']:>9.0f} {r['utilization']:>10.1%} {bound:>12} {eff:>10}")
+    macs = sum(r["macs"] for r in rows)
+    cycles = sum(r["cycles"] for r in rows)
+    bound = sum(r["tiling_bound"] for r in rows)
+    print(f"{'total':<16} {macs:>9} {cycles:>9.0f} {macs / (pes * cycles):>10.1%} {bound:>12} {bound / cycles:>10.3f}")
 
 
 def print_report(case: Case, report: SimulationReport):
     cfg = case.program.config
-    pes = cfg.rows * cfg.cols
+    pes = cfg.pes
     macs = sum(op.macs for op in case.program.gemm_ops)
     bound = sum(tiling_bound(op) for op in case.program.gemm_ops)
     print(f"\nmodel {case.name}: {macs} MACs per inference on a {cfg.rows}x{cfg.cols} array "
@@ -29,6 +62,7 @@ def print_report(case: Case, report: SimulationReport):
                       f"({m['mismatches']} elements differ)" if m
                       else f"output_data {r['onehot']:#x}, expected {r['expected_onehot']:#x}")
             print(f"       {detail}")
+    print_layer_table(layer_table(case, report), pes)
     cycles = [r["cycles"] for r in report.results]
     mean = sum(cycles) / len(cycles)
     matched = sum(r["match"] for r in report.results)
@@ -36,7 +70,20 @@ def print_report(case: Case, report: SimulationReport):
     print(f"cycles per inference: {min(cycles)}..{max(cycles)} (mean {mean:.1f}; input load and "
           f"output included)")
     print(f"utilization = useful MACs / (rows x cols x cycles): {macs / (pes * mean):.1%}")
-    print(f"array tiling bound {bound} cycles; schedule efficiency (bound / cycles) {bound / mean:.2f}")
+    print(f"tiling bound = cycles if every array tile were busy every cycle: {bound}; "
+          f"schedule efficiency = bound / cycles: {bound / mean:.2f}")
     print(f"simulated {report.sim_cycles:.0f} cycles in {report.wall_seconds:.2f} s: "
           f"{report.cycles_per_second:,.0f} cycles/s on {report.simulator} "
           f"(HDL generation and build: {report.build_seconds:.1f} s)")
+    labels = getattr(case, "labels", None)
+    accuracy = getattr(case, "accuracy", None)
+    if accuracy and "float_accuracy" in accuracy:
+        n = accuracy["samples"]
+        print(f"\naccuracy on the {n} held-out samples: float {accuracy['float_accuracy']:.2%}, "
+              f"int8 reference {accuracy['int8_accuracy']:.2%}")
+    if labels is not None and case.program.is_classifier:
+        hw = [int(np.argmax(r["output"])) for r in report.results]
+        ref = [int(np.argmax(e)) for e in case.expected]
+        n = len(labels)
+        print(f"on the {n} simulated held-out samples: hardware {np.mean(np.equal(hw, labels)):.2%}, "
+              f"int8 reference {np.mean(np.equal(ref, labels)):.2%}")

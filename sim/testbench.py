@@ -35,6 +35,7 @@ class AcceleratorBench:
                       case["seed"], case["gap_probability"], case["stall_probability"])
         self.driver = StreamDriver(dut.clk, dut.input_data, dut.input_valid, dut.input_ready,
                                    random.Random(rng.random()), case["gap_probability"])
+        dut.perf_select.value = 0
         self.monitor = StreamMonitor(dut.clk, dut.output_valid, dut.output_ready, dut.output_last,
                                      {"values": dut.output_values, "onehot": dut.output_data},
                                      random.Random(rng.random()), case["stall_probability"])
@@ -51,7 +52,17 @@ class AcceleratorBench:
         await sender
         await Timer(1, unit="ns")           # let the performance counters latch
         values = unpack_output(self.program, [b["values"] for b in beats])
-        return values, beats[-1]["onehot"], int(self.dut.perf_cycles.value), int(self.dut.perf_busy.value)
+        return (values, beats[-1]["onehot"], int(self.dut.perf_cycles.value), int(self.dut.perf_busy.value),
+                await self.read_phases())
+
+    async def read_phases(self) -> list[list[int]]:
+        """``[cycles, busy steps]`` of each op, then of the input load and of the output."""
+        phases = []
+        for index in range(len(self.program.ops) + 2):
+            self.dut.perf_select.value = index
+            await Timer(1, unit="ps")
+            phases.append([int(self.dut.perf_phase_cycles.value), int(self.dut.perf_phase_busy.value)])
+        return phases
 
 
 def first_mismatch(expected: np.ndarray, actual: np.ndarray):
@@ -75,19 +86,22 @@ async def run_inferences(dut):
     start_ns, start_wall = get_sim_time("ns"), time.perf_counter()
     classifier = case["program"].is_classifier
     for index, (codes, expected) in enumerate(zip(case["inputs"], case["expected"])):
-        actual, onehot, cycles, busy = await bench.infer(codes)
+        actual, onehot, cycles, busy, phases = await bench.infer(codes)
         mismatch = first_mismatch(expected, actual)
         expected_onehot = (1 << int(np.argmax(expected))) if classifier else 0
         ok = mismatch is None and onehot == expected_onehot
         results.append({"input": index, "match": ok, "mismatch": mismatch, "cycles": cycles,
-                        "busy_steps": busy, "onehot": onehot, "expected_onehot": expected_onehot,
+                        "busy_steps": busy, "phases": phases, "onehot": onehot, "expected_onehot": expected_onehot,
                         "output": actual.reshape(-1).tolist()})
         if not ok:
             failures.append(f"input {index}: " + (
                 f"element {mismatch['index']} expected {mismatch['expected']} got {mismatch['actual']} "
                 f"({mismatch['mismatches']} elements differ)" if mismatch
                 else f"output_data {onehot:#x}, expected {expected_onehot:#x}"))
-        dut._log.info("input %d: %s, %d cycles", index, "match" if ok else "MISMATCH", cycles)
+        done = index + 1
+        bar = "#" * (20 * done // len(case["inputs"]))
+        print(f"progress [{bar:<20}] {done}/{len(case['inputs'])} inputs, "
+              f"input {index}: {'match' if ok else 'MISMATCH'}, {cycles} cycles", flush=True)
     wall = time.perf_counter() - start_wall
     sim_cycles = (get_sim_time("ns") - start_ns) / CLOCK_PERIOD_NS
     with open(os.environ["NNACCEL_RESULTS"], "w") as f:
