@@ -100,18 +100,23 @@ def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarr
         results_file.unlink()
 
     runner = get_runner(simulator)
-    build_kwargs = dict(hdl_toplevel=TOP_NAME, build_dir=build_dir, always=True)
+    build_log = build_dir / "build.log"
+    build_kwargs = dict(hdl_toplevel=TOP_NAME, build_dir=build_dir, always=True, log_file=build_log)
     test_kwargs = dict(hdl_toplevel=TOP_NAME, test_module="sim.testbench", build_dir=build_dir,
                        extra_env={"NNACCEL_CASE": str(case_file), "NNACCEL_RESULTS": str(results_file),
                                   "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
-    if simulator == "ghdl":
-        runner.build(sources=[source], build_args=["--std=08"], **build_kwargs)
-        test_kwargs["test_args"] = ["--std=08"]
-    else:
-        args = ["-Wno-WIDTH", "-Wno-fatal"] if simulator == "verilator" else []
-        runner.build(sources=[source], build_args=args, timescale=("1ns", "1ps"), **build_kwargs)
-        test_kwargs["test_dir"] = build_dir
-        test_kwargs["timescale"] = ("1ns", "1ps")
+    try:
+        if simulator == "ghdl":
+            runner.build(sources=[source], build_args=["--std=08"], **build_kwargs)
+            test_kwargs["test_args"] = ["--std=08"]
+        else:
+            args = ["-Wno-WIDTH", "-Wno-fatal"] if simulator == "verilator" else []
+            runner.build(sources=[source], build_args=args, timescale=("1ns", "1ps"), **build_kwargs)
+            test_kwargs["test_dir"] = build_dir
+            test_kwargs["timescale"] = ("1ns", "1ps")
+    except RuntimeError as error:
+        tail = build_log.read_text(errors="replace").splitlines()[-30:] if build_log.exists() else []
+        raise RuntimeError(f"{simulator} build failed ({error}); end of {build_log}:\n" + "\n".join(tail)) from None
     build_seconds = time.perf_counter() - start
     results_xml = runner.test(**test_kwargs)
     if not results_file.exists():
