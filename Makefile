@@ -22,7 +22,7 @@ JOBS    ?= 2
 APT_PACKAGES := iverilog ghdl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup sim test test-all verilog vhdl lint clean
+.PHONY: setup sim test test-all bench verilog vhdl lint clean distclean
 
 setup: $(STAMP)
 
@@ -45,6 +45,10 @@ test: setup
 
 test-all: setup
 	$(PY) -m pytest -q -n $(JOBS)
+
+# Performance figures (a benchmark, not a test): tables, FPGA estimates, chart in build/bench/.
+bench: setup
+	$(PY) -m sim.bench
 
 verilog: setup
 	$(PY) -m hdl verilog --model $(MODEL) --rows $(ROWS) --cols $(COLS) -o build/neural_network_accelerator.v

@@ -57,10 +57,13 @@ class GemmEngine(wiring.Component):
             "wr_lanes": Out(cfg.bank_width),
         })
 
+    #: Cycles from a step to its vector entering the array (memory read, lane select).
+    INPUT_LATENCY = 2
+
     @property
     def sum_latency(self) -> int:
         """Cycles from a step to its sums leaving the array."""
-        return 2 + self._cfg.rows + self._cfg.cols - 1
+        return self.INPUT_LATENCY + SystolicArray(self._cfg.rows, self._cfg.cols).latency
 
     @property
     def write_latency(self) -> int:

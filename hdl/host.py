@@ -13,18 +13,22 @@ from .program import Program, TensorPlacement
 
 
 def tensor_to_words(placement: TensorPlacement, bank_width: int, codes: np.ndarray) -> np.ndarray:
-    """``(C, H, W)`` or ``(C,)`` int8 codes to ``[words, B]`` int8 memory words."""
+    """``images`` tensors of int8 codes (each ``(C, H, W)`` or ``(C,)``) to ``[words, B]``."""
     codes = np.asarray(codes)
-    chw = codes.reshape(placement.channels, placement.height, placement.width)
-    padded = np.zeros((placement.height, placement.width, placement.words_per_pixel * bank_width), np.int8)
-    padded[:, :, :placement.channels] = chw.transpose(1, 2, 0)
+    p = placement
+    nchw = codes.reshape(p.images, p.channels, p.height, p.width)
+    padded = np.zeros((p.images, p.height, p.width, p.words_per_pixel * bank_width), np.int8)
+    padded[..., :p.channels] = nchw.transpose(0, 2, 3, 1)
     return padded.reshape(-1, bank_width)
 
 
 def words_to_tensor(placement: TensorPlacement, bank_width: int, words: np.ndarray,
                     shape: tuple[int, ...]) -> np.ndarray:
-    hwc = np.asarray(words, dtype=np.int8).reshape(placement.height, placement.width, -1)
-    return hwc[:, :, :placement.channels].transpose(2, 0, 1).reshape(shape)
+    """The inverse of :func:`tensor_to_words`; ``shape`` is the shape of one image."""
+    p = placement
+    nhwc = np.asarray(words, dtype=np.int8).reshape(p.images, p.height, p.width, -1)
+    out = nhwc[..., :p.channels].transpose(0, 3, 1, 2)
+    return out.reshape(((p.images,) if p.images > 1 else ()) + tuple(shape))
 
 
 def words_to_int(words: np.ndarray) -> int:
@@ -38,9 +42,10 @@ def int_to_words(value: int, n_words: int, bank_width: int) -> np.ndarray:
 
 
 def pack_input(program: Program, codes: np.ndarray) -> list[int]:
-    """One inference's int8 input codes to the list of ``input_data`` beat values."""
+    """One inference's int8 input codes (``batch`` inputs when the program has a batch)
+    to the list of ``input_data`` beat values."""
     codes = np.asarray(codes)
-    expected = program.input.channels * program.input.height * program.input.width
+    expected = program.input.channels * program.input.height * program.input.width * program.batch
     if codes.dtype != np.int8 or codes.size != expected:
         raise ValueError(f"input must be {expected} int8 codes, not {codes.size} of {codes.dtype}")
     words = tensor_to_words(program.input, program.config.bank_width, codes)
@@ -49,7 +54,8 @@ def pack_input(program: Program, codes: np.ndarray) -> list[int]:
 
 
 def unpack_output(program: Program, beats: list[int]) -> np.ndarray:
-    """The ``output_values`` beats of one inference to int8 codes of the output shape."""
+    """The ``output_values`` beats of one inference to int8 codes of the output shape
+    (with a leading batch dimension when the program has a batch)."""
     if len(beats) != program.output_beats:
         raise ValueError(f"expected {program.output_beats} output beats, not {len(beats)}")
     per_beat, bank = program.words_per_beat, program.config.bank_width

@@ -5,10 +5,13 @@ from amaranth.lib.wiring import In, Out
 
 
 class ProcessingElement(wiring.Component):
-    """Weight-streaming MAC cell.
+    """Weight-streaming MAC cell, pipelined: multiply in one cycle, add in the next.
 
-    Each cycle the PE adds ``x_in * weight`` to the partial sum arriving from above and
-    passes the activation right and the sum down, both through one register.
+    The product ``x_in * weight`` is registered (it maps onto a DSP with its output
+    register); one cycle later it is added to the partial sum arriving from above. The
+    activation moves right through one register, the sum down through one register, so
+    a PE adds a vector's product :attr:`LATENCY` cycles after it saw the vector and the
+    PE below sees that sum exactly when it adds its own product of the same vector.
     ``weight`` comes straight from the (registered) read port of a weight memory, so the
     weight changes only when the tile does.
 
@@ -32,10 +35,15 @@ class ProcessingElement(wiring.Component):
             "psum_out": Out(signed(accumulator_bits)),
         })
 
+    #: Cycles from ``x_in``/``weight`` to the sum that includes their product at ``psum_out``.
+    LATENCY = 2
+
     def elaborate(self, platform):
         m = Module()
+        product = Signal(signed(2 * self._data_bits))
         m.d.sync += [
             self.x_out.eq(self.x_in),
-            self.psum_out.eq(self.psum_in + self.x_in * self.weight),
+            product.eq(self.x_in * self.weight),
+            self.psum_out.eq(self.psum_in + product),
         ]
         return m

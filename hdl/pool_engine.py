@@ -19,6 +19,7 @@ def pool_params_layout(w: Widths) -> data.StructLayout:
         "in_base": unsigned(w.act_addr), "in_h": coord, "in_w": coord, "cw": coord,
         "kh": coord, "kw": coord, "sh": coord, "sw": coord, "ph": coord, "pw": coord,
         "out_h": coord, "out_w": coord, "out_base": unsigned(w.act_addr),
+        "in_pixels": unsigned(w.pixel), "pixels": unsigned(w.pixel),
     })
 
 
@@ -50,20 +51,21 @@ class PoolEngine(wiring.Component):
         running = Signal()
         oy, ox, q, i, j = (Signal(w.coord, name=n) for n in ("oy", "ox", "q", "i", "j"))
         out_addr = Signal(w.act_addr)
+        ibase, pix = Signal(w.pixel), Signal(w.pixel)   # image's first input pixel; output pixel
         last_tap = (i == p.kh - 1) & (j == p.kw - 1)
         last_word = q == p.cw - 1
-        last_pixel = (oy == p.out_h - 1) & (ox == p.out_w - 1)
+        last_pixel = pix == p.pixels - 1
 
         # Stage 0: counters.
         s0 = Signal(data.StructLayout({"valid": 1, "first": 1, "last": 1, "oy": w.coord, "ox": w.coord,
                                        "q": w.coord, "i": w.coord, "j": w.coord,
-                                       "out_addr": w.act_addr}))
+                                       "out_addr": w.act_addr, "ibase": w.pixel}))
         m.d.sync += [s0.valid.eq(running), s0.first.eq((i == 0) & (j == 0)), s0.last.eq(last_tap),
                      s0.oy.eq(oy), s0.ox.eq(ox), s0.q.eq(q), s0.i.eq(i), s0.j.eq(j),
-                     s0.out_addr.eq(out_addr)]
+                     s0.out_addr.eq(out_addr), s0.ibase.eq(ibase)]
         with m.If(~running & self.start):
             m.d.sync += [running.eq(1), oy.eq(0), ox.eq(0), q.eq(0), i.eq(0), j.eq(0),
-                         out_addr.eq(p.out_base)]
+                         out_addr.eq(p.out_base), ibase.eq(0), pix.eq(0)]
         with m.Elif(running):
             with m.If(~(j == p.kw - 1)):
                 m.d.sync += j.eq(j + 1)
@@ -74,13 +76,17 @@ class PoolEngine(wiring.Component):
                 with m.If(~last_word):
                     m.d.sync += q.eq(q + 1)
                 with m.Else():
-                    m.d.sync += q.eq(0)
+                    m.d.sync += [q.eq(0), pix.eq(pix + 1)]
                     with m.If(ox != p.out_w - 1):
                         m.d.sync += ox.eq(ox + 1)
                     with m.Else():
-                        m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
-                        with m.If(last_pixel):
-                            m.d.sync += running.eq(0)
+                        m.d.sync += ox.eq(0)
+                        with m.If(oy != p.out_h - 1):
+                            m.d.sync += oy.eq(oy + 1)
+                        with m.Else():
+                            m.d.sync += [oy.eq(0), ibase.eq(ibase + p.in_pixels)]
+                    with m.If(last_pixel):
+                        m.d.sync += running.eq(0)
 
         # Stage 1: input coordinates, padding.
         s1 = Signal.like(s0)
@@ -91,12 +97,13 @@ class PoolEngine(wiring.Component):
         m.d.sync += [s1.eq(s0), s1_iy.eq(iy), s1_ix.eq(ix),
                      pad1.eq((iy < 0) | (iy >= p.in_h) | (ix < 0) | (ix >= p.in_w))]
 
-        # Stage 2: read address.
+        # Stage 2a: input pixel index; 2: read address.
+        s2a, pad2a, pixel = Signal.like(s0), Signal(), Signal(w.pixel)
+        m.d.sync += [s2a.eq(s1), pad2a.eq(pad1), pixel.eq(s1.ibase + s1_iy * p.in_w + s1_ix)]
         s2, pad2 = Signal.like(s0), Signal()
         raddr = Signal(w.act_addr)
-        m.d.sync += [s2.eq(s1), pad2.eq(pad1),
-                     raddr.eq(p.in_base + (s1_iy * p.in_w + s1_ix) * p.cw + s1.q)]
-        with m.If(pad1):
+        m.d.sync += [s2.eq(s2a), pad2.eq(pad2a), raddr.eq(p.in_base + pixel * p.cw + s2a.q)]
+        with m.If(pad2a):
             m.d.sync += raddr.eq(0)
         m.d.comb += self.act_raddr.eq(raddr)
 
@@ -114,5 +121,5 @@ class PoolEngine(wiring.Component):
         done, done_addr = Signal(), Signal(w.act_addr)
         m.d.sync += [done.eq(s3.valid & s3.last), done_addr.eq(s3.out_addr)]
         m.d.comb += [self.wr_en.eq(done), self.wr_addr.eq(done_addr), self.wr_data.eq(best)]
-        m.d.comb += self.busy.eq(running | s0.valid | s1.valid | s2.valid | s3.valid | done)
+        m.d.comb += self.busy.eq(running | s0.valid | s1.valid | s2a.valid | s2.valid | s3.valid | done)
         return m

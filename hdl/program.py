@@ -42,16 +42,22 @@ ACT_MIN = -128
 
 @dataclass(frozen=True)
 class TensorPlacement:
-    """Where a ``(C, H, W)`` tensor lives in the activation memory."""
+    """Where ``images`` tensors ``(C, H, W)`` live in the activation memory (one after
+    the other, a batch)."""
     base: int
     channels: int
     height: int
     width: int
     words_per_pixel: int
+    images: int = 1
+
+    @property
+    def pixels(self) -> int:
+        return self.images * self.height * self.width
 
     @property
     def words(self) -> int:
-        return self.height * self.width * self.words_per_pixel
+        return self.pixels * self.words_per_pixel
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,7 @@ class GemmOp:
 
     @property
     def pixels(self) -> int:
-        return self.dest.height * self.dest.width
+        return self.dest.pixels
 
     @property
     def k_tiles(self) -> int:
@@ -108,6 +114,7 @@ class Program:
     output: TensorPlacement
     output_shape: tuple[int, ...]
     activation_words: int
+    batch: int                        # inputs per inference (one after the other in memory)
     weight_tiles: np.ndarray          # int8 [tiles, rows, cols]
     bias: np.ndarray                  # int64 [param words, cols]   (zero point folded in)
     multiplier: np.ndarray            # int64 [param words, cols]
@@ -135,8 +142,8 @@ class Program:
 
     @property
     def is_classifier(self) -> bool:
-        """Whether the output is a vector of at most 10 logits (``output_data`` is its argmax)."""
-        return len(self.output_shape) == 1 and self.output_shape[0] <= 10
+        """Whether the output is one vector of at most 10 logits (``output_data`` is its argmax)."""
+        return self.batch == 1 and len(self.output_shape) == 1 and self.output_shape[0] <= 10
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -144,8 +151,8 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 class _Lowering:
-    def __init__(self, model: QuantizedModel, config: AcceleratorConfig):
-        self.model, self.config = model, config
+    def __init__(self, model: QuantizedModel, config: AcceleratorConfig, batch: int):
+        self.model, self.config, self.batch = model, config, batch
         self.ops = []
         self.tiles, self.params = [], []
         self.regions = [0, 0]          # ping-pong halves are allocated after sizing
@@ -155,7 +162,7 @@ class _Lowering:
             c, h, w = shape[0], 1, 1
         else:
             c, h, w = shape
-        return TensorPlacement(base, c, h, w, _ceil_div(c, self.config.bank_width))
+        return TensorPlacement(base, c, h, w, _ceil_div(c, self.config.bank_width), self.batch)
 
     def run(self) -> Program:
         cfg, model = self.config, self.model
@@ -196,6 +203,7 @@ class _Lowering:
         bias, mult, shift, zp, cmin, cmax = (np.array(v) for v in zip(*self.params))
         return Program(config=cfg, model_name=model.name, ops=self.ops, input=placements[0],
                        output=current, output_shape=model.output_shape, activation_words=max(top, 1),
+                       batch=self.batch,
                        weight_tiles=np.array(self.tiles, dtype=np.int8).reshape(-1, cfg.rows, cfg.cols),
                        bias=bias, multiplier=mult, shift=shift, zero_point=zp, clamp_min=cmin,
                        clamp_max=cmax, layer_names=[op.name for op in self.ops])
@@ -240,7 +248,7 @@ class _Lowering:
                 [int(rq.multiplier[n]) if n < n_out else 0 for n in lanes],
                 [int(rq.shift[n]) if n < n_out else 1 for n in lanes],
                 rq.zero_point, rq.clamp_min, rq.clamp_max))
-        pixels = dest.height * dest.width
+        pixels = dest.pixels
         macs = pixels * layer.out_features * layer.fan_in
         return GemmOp(layer.name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
                       min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs)
@@ -258,10 +266,13 @@ class _Lowering:
         return dense
 
 
-def lower(model: QuantizedModel, config: AcceleratorConfig) -> Program:
-    """Compile ``model`` for ``config``; raises ``ValueError`` naming the layer that cannot fit."""
+def lower(model: QuantizedModel, config: AcceleratorConfig, batch: int = 1) -> Program:
+    """Compile ``model`` for ``config``, ``batch`` inputs per inference; raises
+    ``ValueError`` naming the layer that cannot fit."""
     if not isinstance(model, QuantizedModel):
         raise TypeError(f"model must be a QuantizedModel, not {type(model).__name__}")
     if not isinstance(config, AcceleratorConfig):
         raise TypeError(f"config must be an AcceleratorConfig, not {type(config).__name__}")
-    return _Lowering(model, config).run()
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise ValueError(f"batch must be a positive integer, not {batch!r}")
+    return _Lowering(model, config, batch).run()

@@ -5,7 +5,7 @@ Implements ``requantize_half_up`` of :mod:`pytorch_ref.integer_semantics`, lane 
     y = clamp(((acc * multiplier) + 2**(shift-1)) >> shift) + zero_point, clamp_min, clamp_max)
 
 with the exact 64-bit product and an arithmetic shift (round half towards +infinity).
-ReLU is the clamp's lower bound. Three pipeline stages: product, rounding shift, clamp.
+ReLU is the clamp's lower bound.
 """
 from amaranth import Const, Module, Signal, signed, unsigned
 from amaranth.lib import data, wiring
@@ -26,13 +26,17 @@ def requant_params_layout(lanes: int) -> data.StructLayout:
 class Requantizer(wiring.Component):
     """``lanes`` int32 accumulators in, ``lanes`` int8 codes out, :attr:`LATENCY` cycles later.
 
+    Five pipeline stages, each short enough for the clock: two half products
+    (``acc x multiplier[15:0]`` and ``acc x multiplier[31:16]``, one DSP pair each), their
+    sum, the rounding constant, the arithmetic shift, then zero point and clamp.
+
     Members
     -------
     i_valid, i_acc, i_params, i_tag: In. ``i_params`` must be valid in the same cycle as
     ``i_acc``. ``i_tag`` is carried alongside (e.g. the destination address).
     o_valid, o_data, o_tag: Out, registered.
     """
-    LATENCY = 3
+    LATENCY = 5
 
     def __init__(self, lanes: int, accumulator_bits: int, tag_layout):
         self._lanes, self._acc_bits = lanes, accumulator_bits
@@ -46,32 +50,54 @@ class Requantizer(wiring.Component):
             "o_tag": Out(tag_layout),
         })
 
+    @staticmethod
+    def _delay(m, value, cycles: int, name: str) -> list:
+        """``value`` and its copies delayed by 1..cycles (index = delay)."""
+        stages = [value]
+        for n in range(cycles):
+            reg = Signal.like(value, name=f"{name}_d{n + 1}")
+            m.d.sync += reg.eq(stages[-1])
+            stages.append(reg)
+        return stages
+
     def elaborate(self, platform):
         m = Module()
-        lanes = self._lanes
+        half_bits = MULTIPLIER_BITS // 2
         product_bits = self._acc_bits + MULTIPLIER_BITS
-        params1 = Signal.like(self.i_params)
-        params2 = Signal.like(self.i_params)
-        tag1, tag2 = Signal.like(self.i_tag), Signal.like(self.i_tag)
-        valid1, valid2 = Signal(), Signal()
-        m.d.sync += [params1.eq(self.i_params), params2.eq(params1),
-                     tag1.eq(self.i_tag), tag2.eq(tag1), self.o_tag.eq(tag2),
-                     valid1.eq(self.i_valid), valid2.eq(valid1), self.o_valid.eq(valid2)]
-        for lane in range(lanes):
+        valid = self._delay(m, self.i_valid, self.LATENCY, "valid")
+        tag = self._delay(m, self.i_tag, self.LATENCY, "tag")
+        m.d.comb += [self.o_valid.eq(valid[-1]), self.o_tag.eq(tag[-1])]
+        p = self.i_params
+        zero_point = self._delay(m, p.zero_point, self.LATENCY - 1, "zero_point")[-1]
+        clamp_min = self._delay(m, p.clamp_min, self.LATENCY - 1, "clamp_min")[-1]
+        clamp_max = self._delay(m, p.clamp_max, self.LATENCY - 1, "clamp_max")[-1]
+        for lane in range(self._lanes):
+            shift = self._delay(m, p.shift[lane], 3, f"shift{lane}")
+            multiplier = p.multiplier[lane].as_unsigned()
+            # 1: half products.
+            low = Signal(signed(self._acc_bits + half_bits + 1), name=f"low{lane}")
+            high = Signal(signed(self._acc_bits + half_bits), name=f"high{lane}")
+            m.d.sync += [low.eq(self.i_acc[lane] * multiplier[:half_bits]),
+                         high.eq(self.i_acc[lane] * multiplier[half_bits:].as_signed())]
+            # 2: the exact product.
             product = Signal(signed(product_bits), name=f"product{lane}")
+            m.d.sync += product.eq((high << half_bits) + low)
+            # 3: add 2**(shift-1), so that the shift rounds half up.
+            rounding = Signal(unsigned(product_bits - 1), name=f"half{lane}")
+            m.d.comb += rounding.eq(Const(1, product_bits - 1) << (shift[2] - 1)[:SHIFT_BITS])
+            biased = Signal(signed(product_bits + 1), name=f"biased{lane}")
+            m.d.sync += biased.eq(product + rounding)
+            # 4: arithmetic shift.
             rounded = Signal(signed(product_bits), name=f"rounded{lane}")
-            shift = params1.shift[lane]
-            m.d.sync += product.eq(self.i_acc[lane] * self.i_params.multiplier[lane])
-            half = Signal(unsigned(product_bits - 1), name=f"half{lane}")
-            m.d.comb += half.eq(Const(1, product_bits - 1) << (shift - 1)[:SHIFT_BITS])
-            m.d.sync += rounded.eq((product + half) >> shift)
-            shifted = Signal(signed(product_bits + 1), name=f"with_zp{lane}")
-            m.d.comb += shifted.eq(rounded + params2.zero_point)
+            m.d.sync += rounded.eq(biased >> shift[3])
+            # 5: zero point and clamp (ReLU is the lower bound).
+            with_zp = Signal(signed(product_bits + 1), name=f"with_zp{lane}")
+            m.d.comb += with_zp.eq(rounded + zero_point)
             out = self.o_data[lane]
-            with m.If(shifted < params2.clamp_min):
-                m.d.sync += out.eq(params2.clamp_min)
-            with m.Elif(shifted > params2.clamp_max):
-                m.d.sync += out.eq(params2.clamp_max)
+            with m.If(with_zp < clamp_min):
+                m.d.sync += out.eq(clamp_min)
+            with m.Elif(with_zp > clamp_max):
+                m.d.sync += out.eq(clamp_max)
             with m.Else():
-                m.d.sync += out.eq(shifted)
+                m.d.sync += out.eq(with_zp)
         return m

@@ -6,7 +6,7 @@ issues one step every cycle until the op is done, which is what keeps the array 
 Convolution windows are read straight from the activation memory (no im2col copy);
 taps outside the input are flagged as padding and read as the input zero point.
 """
-from amaranth import Module, Signal, signed, unsigned
+from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,8 +20,8 @@ def gemm_params_layout(w: Widths) -> data.StructLayout:
         "in_base": unsigned(w.act_addr), "in_h": coord, "in_w": coord, "in_cw": coord,
         "kh": coord, "kw": coord, "sh": coord, "sw": coord, "ph": coord, "pw": coord,
         "ct_count": unsigned(w.tile), "k_tiles": unsigned(w.tile), "nt_count": unsigned(w.tile),
-        "block": unsigned(w.tile), "pixels": unsigned(w.pixel),
-        "out_w": coord, "out_cw": coord, "out_base": unsigned(w.act_addr),
+        "block": unsigned(w.tile), "pixels": unsigned(w.pixel), "in_pixels": unsigned(w.pixel),
+        "out_h": coord, "out_w": coord, "out_cw": coord, "out_base": unsigned(w.act_addr),
         "w_base": unsigned(w.weight_addr), "p_base": unsigned(w.param_addr),
     })
 
@@ -55,7 +55,7 @@ class StepGenerator(wiring.Component):
     step: Out, the step of this cycle (``step.valid`` marks real steps); registered.
     """
 
-    LATENCY = 3   # cycles from a counter state to its step at ``step``
+    LATENCY = 4   # cycles from a counter state to its step at ``step``
 
     def __init__(self, widths: Widths, in_groups: int, out_groups: int):
         self._w, self._in_groups, self._out_groups = widths, in_groups, out_groups
@@ -79,6 +79,8 @@ class StepGenerator(wiring.Component):
         nt_word, nt_group = Signal(w.coord), Signal(bits_for(self._out_groups - 1))
         m0, cnt = Signal(w.pixel), Signal(w.tile)
         oy0, ox0, oy, ox = (Signal(w.coord, name=n) for n in ("oy0", "ox0", "oy", "ox"))
+        # First input pixel of the current image (batches: images follow each other).
+        ibase0, ibase = Signal(w.pixel, name="ibase0"), Signal(w.pixel, name="ibase")
         w_nt_base = Signal(w.weight_addr)
 
         remaining = Signal(w.pixel)
@@ -98,16 +100,19 @@ class StepGenerator(wiring.Component):
         end_of_m = (m0 + block_len) == p.pixels
         end_of_nt = nt == p.nt_count - 1
 
-        # Next raster position after (oy, ox).
+        # Next raster position after (oy, ox), into the next image after the last row.
         next_oy, next_ox = Signal(w.coord), Signal(w.coord)
-        m.d.comb += [next_oy.eq(oy), next_ox.eq(ox + 1)]
+        next_ibase = Signal(w.pixel)
+        m.d.comb += [next_oy.eq(oy), next_ox.eq(ox + 1), next_ibase.eq(ibase)]
         with m.If(ox == p.out_w - 1):
             m.d.comb += [next_oy.eq(oy + 1), next_ox.eq(0)]
+            with m.If(oy == p.out_h - 1):
+                m.d.comb += [next_oy.eq(0), next_ibase.eq(ibase + p.in_pixels)]
 
         s0 = Signal(step_layout(w, self._in_groups, self._out_groups))
         s0_oy, s0_ox, s0_i, s0_j = (Signal(w.coord, name=n) for n in ("s0_oy", "s0_ox", "s0_i", "s0_j"))
         s0_ct_word, s0_nt_word = Signal(w.coord), Signal(w.coord)
-        s0_pixel = Signal(w.pixel)
+        s0_pixel, s0_ibase = Signal(w.pixel), Signal(w.pixel)
         m.d.sync += [
             s0.valid.eq(running),
             s0.act_group.eq(ct_group),
@@ -119,7 +124,7 @@ class StepGenerator(wiring.Component):
             s0.out_group.eq(nt_group),
             s0_oy.eq(oy), s0_ox.eq(ox), s0_i.eq(i), s0_j.eq(j),
             s0_ct_word.eq(ct_word), s0_nt_word.eq(nt_word),
-            s0_pixel.eq(m0 + cnt),
+            s0_pixel.eq(m0 + cnt), s0_ibase.eq(ibase),
         ]
 
         with m.If(~running & self.start):
@@ -127,16 +132,16 @@ class StepGenerator(wiring.Component):
                 running.eq(1), nt.eq(0), ct.eq(0), kt.eq(0), i.eq(0), j.eq(0),
                 ct_word.eq(0), ct_group.eq(0), nt_word.eq(0), nt_group.eq(0),
                 m0.eq(0), cnt.eq(0), oy0.eq(0), ox0.eq(0), oy.eq(0), ox.eq(0),
-                w_nt_base.eq(p.w_base),
+                ibase0.eq(0), ibase.eq(0), w_nt_base.eq(p.w_base),
             ]
         with m.Elif(running):
             with m.If(~end_of_block):
-                m.d.sync += [cnt.eq(cnt + 1), oy.eq(next_oy), ox.eq(next_ox)]
+                m.d.sync += [cnt.eq(cnt + 1), oy.eq(next_oy), ox.eq(next_ox), ibase.eq(next_ibase)]
             with m.Else():
                 m.d.sync += cnt.eq(0)
                 with m.If(~end_of_k):
                     # Next weight tile, same pixel block.
-                    m.d.sync += [kt.eq(kt + 1), oy.eq(oy0), ox.eq(ox0)]
+                    m.d.sync += [kt.eq(kt + 1), oy.eq(oy0), ox.eq(ox0), ibase.eq(ibase0)]
                     with m.If(~end_of_ct):
                         m.d.sync += ct.eq(ct + 1)
                         with m.If(ct_group == self._in_groups - 1):
@@ -154,9 +159,11 @@ class StepGenerator(wiring.Component):
                     with m.If(~end_of_m):
                         # Next block of pixels.
                         m.d.sync += [m0.eq(m0 + block_len), oy0.eq(next_oy), ox0.eq(next_ox),
-                                     oy.eq(next_oy), ox.eq(next_ox)]
+                                     oy.eq(next_oy), ox.eq(next_ox),
+                                     ibase0.eq(next_ibase), ibase.eq(next_ibase)]
                     with m.Else():
                         m.d.sync += [m0.eq(0), oy0.eq(0), ox0.eq(0), oy.eq(0), ox.eq(0),
+                                     ibase0.eq(0), ibase.eq(0),
                                      nt.eq(nt + 1), w_nt_base.eq(w_nt_base + p.k_tiles)]
                         with m.If(nt_group == self._out_groups - 1):
                             m.d.sync += [nt_group.eq(0), nt_word.eq(nt_word + 1)]
@@ -170,6 +177,7 @@ class StepGenerator(wiring.Component):
         iy, ix = Signal(coord_s), Signal(coord_s)
         s1_iy, s1_ix = Signal(coord_s), Signal(coord_s)
         s1_ct_word, s1_out_pixel_words = Signal(w.coord), Signal(w.act_addr)
+        s1_ibase = Signal(w.pixel)
         m.d.comb += [
             iy.eq(s0_oy * p.sh + s0_i - p.ph),
             ix.eq(s0_ox * p.sw + s0_j - p.pw),
@@ -177,18 +185,22 @@ class StepGenerator(wiring.Component):
         m.d.sync += [
             s1.eq(s0),
             s1.pad.eq((iy < 0) | (iy >= p.in_h) | (ix < 0) | (ix >= p.in_w)),
-            s1_iy.eq(iy), s1_ix.eq(ix), s1_ct_word.eq(s0_ct_word),
+            s1_iy.eq(iy), s1_ix.eq(ix), s1_ct_word.eq(s0_ct_word), s1_ibase.eq(s0_ibase),
             s1_out_pixel_words.eq(p.out_base + s0_pixel * p.out_cw + s0_nt_word),
         ]
 
-        # Stage 2: memory addresses -----------------------------------------------------
-        in_pixel = Signal(w.pixel)
-        m.d.comb += in_pixel.eq(s1_iy * p.in_w + s1_ix)
+        # Stage 2: input pixel index.
+        s2, s2_pixel = Signal.like(s0), Signal(w.pixel)
+        s2_ct_word, s2_out = Signal(w.coord), Signal(w.act_addr)
+        m.d.sync += [s2.eq(s1), s2_pixel.eq(s1_ibase + s1_iy * p.in_w + s1_ix),
+                     s2_ct_word.eq(s1_ct_word), s2_out.eq(s1_out_pixel_words)]
+
+        # Stage 3: memory addresses (padding reads address 0; its data is replaced).
         m.d.sync += [
-            self.step.eq(s1),
-            self.step.act_addr.eq(p.in_base + in_pixel * p.in_cw + s1_ct_word),
-            self.step.out_addr.eq(s1_out_pixel_words),
+            self.step.eq(s2),
+            self.step.act_addr.eq(Mux(s2.pad, 0, p.in_base + s2_pixel * p.in_cw + s2_ct_word)),
+            self.step.out_addr.eq(s2_out),
         ]
 
-        m.d.comb += self.busy.eq(running | s0.valid | s1.valid | self.step.valid)
+        m.d.comb += self.busy.eq(running | s0.valid | s1.valid | s2.valid | self.step.valid)
         return m

@@ -13,7 +13,8 @@ class SystolicArray(wiring.Component):
     a cycle; partial sums start at zero on top and move down one PE a cycle. PE ``(r, c)``
     therefore works on the vector that entered ``r + c`` cycles earlier, and
     ``weights[r][c]`` must hold that vector's weight then (the weight memory delivers
-    weights in this diagonal skew). Column ``c``'s sum is delayed by ``cols - 1 - c`` so
+    weights in this diagonal skew). Each PE adds its product one cycle after multiplying,
+    so the partial sums meet the products of the same vector on the way down. Column ``c``'s sum is delayed by ``cols - 1 - c`` so
     that a whole output vector leaves in one cycle, :attr:`latency` cycles after its input
     vector entered.
 
@@ -35,8 +36,9 @@ class SystolicArray(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from an input vector at ``x`` to its sums at ``y``."""
-        return self._rows + self._cols - 1
+        """Cycles from an input vector at ``x`` to its sums at ``y``: the skew of the
+        last column plus one pipelined PE (multiply, then add) per row."""
+        return self._rows + self._cols - 2 + ProcessingElement.LATENCY
 
     @staticmethod
     def _delay(m, value, cycles: int, name: str):

@@ -23,7 +23,7 @@ Flow: the loader writes the input beats into the activation memory; each op of t
 program runs to completion (its last write landed) before the next starts; then the
 output unit streams the result. One inference at a time.
 """
-from amaranth import ClockDomain, ClockSignal, Module, ResetSignal, Signal, signed, unsigned
+from amaranth import ClockDomain, ClockSignal, Module, Mux, ResetSignal, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -43,7 +43,8 @@ def _gemm_params(op: GemmOp, cfg) -> dict:
             "in_cw": op.source.words_per_pixel, "kh": op.kernel[0], "kw": op.kernel[1],
             "sh": op.stride[0], "sw": op.stride[1], "ph": op.padding[0], "pw": op.padding[1],
             "ct_count": op.channel_tiles, "k_tiles": op.k_tiles, "nt_count": op.n_tiles,
-            "block": op.block, "pixels": op.pixels, "out_w": op.dest.width,
+            "block": op.block, "pixels": op.pixels, "in_pixels": op.source.height * op.source.width,
+            "out_h": op.dest.height, "out_w": op.dest.width,
             "out_cw": op.dest.words_per_pixel, "out_base": op.dest.base,
             "w_base": op.weight_base, "p_base": op.param_base}
 
@@ -52,7 +53,8 @@ def _pool_params(op: PoolOp) -> dict:
     return {"in_base": op.source.base, "in_h": op.source.height, "in_w": op.source.width,
             "cw": op.source.words_per_pixel, "kh": op.kernel[0], "kw": op.kernel[1],
             "sh": op.stride[0], "sw": op.stride[1], "ph": op.padding[0], "pw": op.padding[1],
-            "out_h": op.dest.height, "out_w": op.dest.width, "out_base": op.dest.base}
+            "out_h": op.dest.height, "out_w": op.dest.width, "out_base": op.dest.base,
+            "in_pixels": op.source.height * op.source.width, "pixels": op.dest.pixels}
 
 
 class NeuralNetworkAccelerator(wiring.Component):
@@ -188,7 +190,9 @@ class NeuralNetworkAccelerator(wiring.Component):
                 m.next = "RUN"
             with m.State("RUN"):
                 with m.If(~steps.busy & ~pool.busy & ~steps.start & ~pool.start):
-                    m.d.sync += drain.eq(gemm.write_latency)
+                    # A GEMM op's last writes are still in the engine's pipeline; the
+                    # pool engine's busy already covers its last write.
+                    m.d.sync += drain.eq(Mux(is_pool, 0, gemm.write_latency))
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 m.d.sync += drain.eq(drain - 1)

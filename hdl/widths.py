@@ -28,7 +28,7 @@ class Widths:
         for op in program.ops:
             for t in (op.source, op.dest):
                 coords += [t.height, t.width, t.words_per_pixel]
-                pixels.append(t.height * t.width)
+                pixels.append(t.pixels)
             coords += list(op.kernel) + list(op.stride) + list(op.padding)
             if isinstance(op, GemmOp):
                 tiles += [op.channel_tiles, op.n_tiles, op.k_tiles, op.block]

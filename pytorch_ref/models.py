@@ -7,6 +7,7 @@ from torch import nn
 #: Input shape (without batch) each model expects.
 INPUT_SHAPES = {
     "linear": (1000,),
+    "linear800": (800,),
     "mlp": (64,),
     "lenet": (1, 44, 44),
     "stem": (3, 32, 32),
@@ -17,6 +18,11 @@ INPUT_SHAPES = {
 def linear_1000_10() -> nn.Sequential:
     """A single ``Linear(1000, 10)``: the first vertical slice."""
     return nn.Sequential(nn.Linear(1000, 10))
+
+
+def linear_800_500() -> nn.Sequential:
+    """``Linear(800, 500)``, the CNN's big dense layer alone: the benchmark's batch-1 case."""
+    return nn.Sequential(nn.Linear(800, 500))
 
 
 def mlp() -> nn.Sequential:
@@ -54,6 +60,7 @@ def depthwise_separable(channels: int = 8, out_channels: int = 16) -> nn.Sequent
 
 BUILDERS = {
     "linear": linear_1000_10,
+    "linear800": linear_800_500,
     "mlp": mlp,
     "lenet": lenet,
     "stem": conv_stem,

@@ -31,18 +31,29 @@ def quantized_random_model(name: str, seed: int = 0, calibration: int = 256) -> 
     return quantize.quantize_sequential(model, data, name), data
 
 
-def make_case(model: QuantizedModel, config: AcceleratorConfig, inputs: torch.Tensor) -> Case:
+def batched(values: np.ndarray, batch: int) -> list[np.ndarray]:
+    """Split ``[count, ...]`` into inferences: single samples, or ``[batch, ...]`` groups."""
+    if len(values) % batch:
+        raise ValueError(f"the number of inputs ({len(values)}) must be a multiple of the batch ({batch})")
+    if batch == 1:
+        return list(values)
+    return [values[i:i + batch] for i in range(0, len(values), batch)]
+
+
+def make_case(model: QuantizedModel, config: AcceleratorConfig, inputs: torch.Tensor, batch: int = 1) -> Case:
     """Lower ``model`` and compute reference outputs of the float ``inputs``."""
     codes = sem.quantize_activation(inputs, model.input_quant.scale, model.input_quant.zero_point)
     expected = run_integer_reference(model, codes).numpy()
-    return Case(model.name, model, lower(model, config), [c.numpy() for c in codes], list(expected))
+    return Case(model.name, model, lower(model, config, batch), batched(codes.numpy(), batch),
+                batched(expected, batch))
 
 
-def random_case(name: str, config: AcceleratorConfig, count: int, seed: int = 0) -> Case:
+def random_case(name: str, config: AcceleratorConfig, count: int, seed: int = 0, batch: int = 1) -> Case:
+    """``count`` inferences (of ``batch`` inputs each) of a seeded random model of the zoo."""
     model, data = quantized_random_model(name, seed)
     generator = torch.Generator().manual_seed(seed + 2)
-    inputs = torch.randn((count,) + models.INPUT_SHAPES[name], generator=generator)
-    return make_case(model, config, inputs)
+    inputs = torch.randn((count * batch,) + models.INPUT_SHAPES[name], generator=generator)
+    return make_case(model, config, inputs, batch)
 
 
 @dataclass
@@ -51,9 +62,9 @@ class TrainedCase(Case):
     accuracy: dict                   # float / int8 figures on the whole held-out split
 
 
-def trained_case(name: str, config: AcceleratorConfig, count: int, log=print) -> TrainedCase:
+def trained_case(name: str, config: AcceleratorConfig, count: int, log=print, batch: int = 1) -> TrainedCase:
     """A shipped model, trained (or loaded from the cache), quantized, with its first
-    ``count`` held-out inputs."""
+    ``count`` held-out inputs (``count // batch`` inferences)."""
     from pytorch_ref.train import accuracy_report, quantize_trained
     compiled = quantize_trained(name, log=log)
     codes = compiled.x_codes[:count]
@@ -61,6 +72,6 @@ def trained_case(name: str, config: AcceleratorConfig, count: int, log=print) ->
         raise ValueError(f"{name} has only {len(compiled.x_codes)} held-out inputs, not {count}")
     expected = run_integer_reference(compiled.quantized, codes).numpy()
     labels = None if compiled.y_test is None else [int(y) for y in compiled.y_test[:count]]
-    return TrainedCase(name, compiled.quantized, lower(compiled.quantized, config),
-                       [c.numpy() for c in codes], list(expected), labels,
+    return TrainedCase(name, compiled.quantized, lower(compiled.quantized, config, batch),
+                       batched(codes.numpy(), batch), batched(expected, batch), labels,
                        accuracy_report(name, compiled))

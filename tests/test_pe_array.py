@@ -9,16 +9,22 @@ from tests.amaranth_sim import run_testbench
 
 def test_pe_multiplies_and_accumulates_extremes():
     pe = ProcessingElement(8, 32)
-    cases = [(-128, -128, 0), (127, -128, 5), (-1, 1, -(2 ** 31) + 1), (0, 77, 123), (-128, 127, 2 ** 31 - 16257)]
+    # (x, weight, partial sum added to the previous case's product): both ends of int32.
+    cases = [(-128, -128, 0), (127, -128, 5), (-1, 1, -(2 ** 31) + 16256), (0, 77, 123), (-128, 127, 2 ** 31 - 1)]
 
     async def bench(ctx):
-        for x, w, psum in cases:
+        # The product of cycle t meets the partial sum of cycle t + 1.
+        previous = None
+        for x, w, psum in cases + [(0, 0, 0)]:
             ctx.set(pe.x_in, x)
             ctx.set(pe.weight, w)
-            ctx.set(pe.psum_in, psum)
+            if previous is not None:
+                ctx.set(pe.psum_in, psum)
             await ctx.tick()
-            assert ctx.get(pe.psum_out) == psum + x * w
             assert ctx.get(pe.x_out) == x
+            if previous is not None:
+                assert ctx.get(pe.psum_out) == psum + previous[0] * previous[1]
+            previous = (x, w)
 
     run_testbench(pe, bench)
 

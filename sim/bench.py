@@ -1,0 +1,236 @@
+"""``python -m sim.bench`` (``make bench``): the performance figures, all measured in one run.
+
+1. Per layer of the LeNet-style CNN, ``Linear(800, 500)`` and ``Linear(1000, 10)``: MACs,
+   cycles (hardware counters, Verilator), utilization, tiling bound and schedule
+   efficiency, for several array shapes at batch 1 and batch 16.
+2. FPGA estimates (Yosys + nextpnr for ECP5) of the 8x8 accelerator and of the array alone.
+3. Latency per inference at that clock next to PyTorch's measured CPU latency.
+4. Simulated cycles per second on Verilator, Icarus and GHDL for one design.
+5. A PNG chart of per-layer utilization against the tiling bound.
+
+Definitions (printed in the report):
+utilization = useful MACs / (rows x cols x cycles); tiling bound = the cycles a layer
+needs if every tile of the array is busy every cycle, padding waste included;
+schedule efficiency = tiling bound / actual cycles.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from hdl.config import AcceleratorConfig
+
+from .cases import random_case, trained_case
+from .report import layer_table
+from .runner import simulate
+
+DEFINITIONS = ("utilization = useful MACs / (rows x cols x cycles); "
+               "tiling bound = cycles if every tile of the array were busy every cycle, padding waste included; "
+               "schedule efficiency = tiling bound / actual cycles")
+MODELS = ("lenet", "linear800", "linear")
+
+
+def _log(message: str):
+    print(message, flush=True)
+
+
+def schedule_tables(arrays, batches, build_root: Path) -> list[dict]:
+    """Per-layer figures from hardware counters, one Verilator run per configuration."""
+    out = []
+    total = len(MODELS) * len(arrays) * len(batches)
+    done = 0
+    for model in MODELS:
+        for rows, cols in arrays:
+            for batch in batches:
+                done += 1
+                _log(f"[schedule {done}/{total}] {model} on {rows}x{cols}, batch {batch}")
+                config = AcceleratorConfig(rows=rows, cols=cols)
+                if model == "lenet":
+                    case = trained_case(model, config, count=batch, batch=batch, log=lambda *a: None)
+                else:
+                    case = random_case(model, config, count=1, batch=batch)
+                report = simulate(case.program, case.inputs, case.expected, simulator="verilator",
+                                  build_dir=build_root / f"{model}_{rows}x{cols}_b{batch}",
+                                  gap_probability=0.0, stall_probability=0.0)
+                if not report.all_match:
+                    raise RuntimeError(f"{model} on {rows}x{cols} batch {batch}: outputs differ from the reference")
+                for row in layer_table(case, report):
+                    out.append({"model": model, "rows": rows, "cols": cols, "batch": batch, **row})
+    return out
+
+
+def print_schedule(rows: list[dict]):
+    header = (f"{'model':<10} {'array':>6} {'batch':>5} {'layer':<14} {'MACs':>10} {'cycles':>10} "
+              f"{'util.':>7} {'bound':>10} {'eff.':>6}")
+    _log(header)
+    for r in rows:
+        eff = f"{r['efficiency']:.3f}" if r["efficiency"] is not None else "-"
+        bound = str(r["tiling_bound"]) if r["tiling_bound"] else "-"
+        _log(f"{r['model']:<10} {r['rows']:>2}x{r['cols']:<3} {r['batch']:>5} {r['layer']:<14} {r['macs']:>10} "
+             f"{r['cycles']:>10.0f} {r['utilization']:>6.1%} {bound:>10} {eff:>6}")
+
+
+def whole_model(rows: list[dict]) -> list[dict]:
+    """Per model/array/batch totals: utilization of the whole inference."""
+    groups = {}
+    for r in rows:
+        key = (r["model"], r["rows"], r["cols"], r["batch"])
+        g = groups.setdefault(key, {"macs": 0, "cycles": 0, "bound": 0})
+        g["macs"] += r["macs"]
+        g["cycles"] += r["cycles"]
+        g["bound"] += r["tiling_bound"]
+    return [{"model": m, "rows": ro, "cols": co, "batch": b, "macs": g["macs"], "cycles": g["cycles"],
+             "utilization": g["macs"] / (ro * co * g["cycles"]), "tiling_bound": g["bound"],
+             "efficiency": g["bound"] / g["cycles"]}
+            for (m, ro, co, b), g in groups.items()]
+
+
+def simulator_speeds(build_root: Path, inputs: int) -> list[dict]:
+    """Simulated cycles per second of one design (the MLP on 8x8) on each simulator."""
+    out = []
+    case = random_case("mlp", AcceleratorConfig(), count=inputs)
+    for sim in ("verilator", "icarus", "ghdl"):
+        _log(f"[simulators] mlp on 8x8, {inputs} inferences on {sim}")
+        report = simulate(case.program, case.inputs, case.expected, simulator=sim,
+                          build_dir=build_root / f"speed_{sim}")
+        out.append({"simulator": sim, "cycles": report.sim_cycles, "seconds": report.wall_seconds,
+                    "cycles_per_second": report.cycles_per_second, "all_match": report.all_match})
+    return out
+
+
+def torch_cpu_latency(model_name: str, repeats: int = 200) -> float:
+    """Median wall time of one float inference, batch 1, on this machine's CPU (seconds)."""
+    from pytorch_ref.train import trained_model
+    from pytorch_ref.models import INPUT_SHAPES
+    model = trained_model(model_name, log=lambda *a: None).eval()
+    x = torch.randn((1,) + INPUT_SHAPES[model_name])
+    times = []
+    with torch.inference_mode():
+        for _ in range(20):
+            model(x)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model(x)
+            times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def fpga_estimates(build_root: Path) -> list[dict]:
+    from hdl.fpga_estimate import estimate_ecp5
+    from hdl.systolic_array import SystolicArray
+    from hdl.top import NeuralNetworkAccelerator
+    out = []
+    case = random_case("linear", AcceleratorConfig(), count=1)
+    designs = [("8x8 accelerator (Linear(1000,10))", NeuralNetworkAccelerator(case.program),
+                "neural_network_accelerator"),
+               ("8x8 systolic array alone", SystolicArray(8, 8), "systolic_array")]
+    for label, design, name in designs:
+        _log(f"[fpga] {label}: Yosys synth_ecp5 + nextpnr-ecp5 (minutes)")
+        result = estimate_ecp5(design, name=name, work_dir=build_root / f"fpga_{name}")
+        out.append({"design": label, **result})
+    return out
+
+
+def chart(rows: list[dict], path: Path, rows_cols=(8, 8), batch=1):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    selected = [r for r in rows if (r["rows"], r["cols"]) == rows_cols and r["batch"] == batch and r["macs"]]
+    labels = [f"{r['model']}\n{r['layer']}" for r in selected]
+    pes = rows_cols[0] * rows_cols[1]
+    measured = [r["utilization"] for r in selected]
+    bound = [r["macs"] / (pes * r["tiling_bound"]) for r in selected]
+    fig, ax = plt.subplots(figsize=(max(6, len(selected) * 0.9), 4.5))
+    xs = range(len(selected))
+    ax.bar([x - 0.2 for x in xs], bound, width=0.4, label="utilization at the tiling bound")
+    ax.bar([x + 0.2 for x in xs], measured, width=0.4, label="measured utilization")
+    ax.set_xticks(list(xs), labels, fontsize=7)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("useful MACs / (rows x cols x cycles)")
+    ax.set_title(f"Per-layer utilization, {rows_cols[0]}x{rows_cols[1]} array, batch {batch}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--arrays", default="4x4,8x8,16x16")
+    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--out", default="build/bench")
+    parser.add_argument("--skip-fpga", action="store_true")
+    parser.add_argument("--speed-inputs", type=int, default=8)
+    args = parser.parse_args(argv)
+    try:
+        arrays = [tuple(int(v) for v in a.split("x")) for a in args.arrays.split(",")]
+        batches = [int(b) for b in args.batches.split(",")]
+    except ValueError:
+        parser.error(f"arrays must look like 4x4,8x8 and batches like 1,16, not {args.arrays!r} / {args.batches!r}")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    build_root = out_dir / "runs"
+    started = datetime.datetime.now(datetime.timezone.utc)
+    command = "python -m sim.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    _log(f"make bench: {command.strip()}\ndate {started:%Y-%m-%d %H:%M UTC}, host {platform.node()}, "
+         f"{platform.processor() or platform.machine()}\n{DEFINITIONS}\n")
+
+    schedule = schedule_tables(arrays, batches, build_root)
+    totals = whole_model(schedule)
+    speeds = simulator_speeds(build_root, args.speed_inputs)
+    fpga = [] if args.skip_fpga else fpga_estimates(build_root)
+    cpu_latency = torch_cpu_latency("lenet")
+
+    _log("\n== per layer ==")
+    print_schedule(schedule)
+    _log("\n== whole inference ==")
+    for t in totals:
+        _log(f"{t['model']:<10} {t['rows']:>2}x{t['cols']:<3} batch {t['batch']:>3}: {t['macs']} MACs, "
+             f"{t['cycles']:.0f} cycles, utilization {t['utilization']:.1%}, efficiency {t['efficiency']:.3f}")
+    _log("\n== simulators (mlp, 8x8) ==")
+    for s in speeds:
+        _log(f"{s['simulator']:<10} {s['cycles_per_second']:>12,.0f} simulated cycles/s "
+             f"({s['cycles']:.0f} cycles in {s['seconds']:.2f} s)")
+    latency = {}
+    lenet_8x8 = next((t for t in totals if t["model"] == "lenet" and (t["rows"], t["cols"]) == (8, 8)
+                      and t["batch"] == 1), None)
+    if fpga:
+        _log("\n== FPGA estimates (ECP5 LFE5U-85F, Yosys + nextpnr) ==")
+        for f in fpga:
+            _log(f"{f['design']:<36} LUT4 {f['lut4']:>6}  FF {f['ff']:>6}  DSP {f['dsp']:>3}  "
+                 f"BRAM {f['bram']:>3}  Fmax {f['fmax_mhz']:.1f} MHz")
+        fmax = fpga[0]["fmax_mhz"]
+        if lenet_8x8:
+            latency = {"fmax_mhz": fmax, "cycles": lenet_8x8["cycles"],
+                       "accelerator_seconds": lenet_8x8["cycles"] / (fmax * 1e6),
+                       "torch_cpu_seconds": cpu_latency}
+    elif lenet_8x8:
+        latency = {"torch_cpu_seconds": cpu_latency, "cycles": lenet_8x8["cycles"]}
+    _log("\n== latency, LeNet-style CNN, batch 1 ==")
+    _log(f"PyTorch float on this CPU ({torch.get_num_threads()} threads): {cpu_latency * 1e6:.0f} us per inference")
+    if "accelerator_seconds" in latency:
+        ratio = latency["torch_cpu_seconds"] / latency["accelerator_seconds"]
+        _log(f"accelerator 8x8 at {latency['fmax_mhz']:.1f} MHz: {latency['cycles']:.0f} cycles = "
+             f"{latency['accelerator_seconds'] * 1e6:.0f} us; CPU / accelerator = {ratio:.2f}")
+    chart_path = out_dir / "utilization.png"
+    chart(schedule, chart_path)
+    results = {"command": command, "date": started.isoformat(), "definitions": DEFINITIONS,
+               "schedule": schedule, "totals": totals, "simulators": speeds, "fpga": fpga,
+               "latency": latency}
+    tmp = out_dir / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1, default=float))
+    tmp.replace(out_dir / "results.json")
+    _log(f"\nwrote {out_dir / 'results.json'} and {chart_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
