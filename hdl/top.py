@@ -134,6 +134,9 @@ class NeuralNetworkAccelerator(wiring.Component):
         out_beat = Signal(self.output_values.shape())
         out_lane_base = Signal(bits_for(out_words * bank) + 1)
         best_value = Signal(signed(8))
+        scan_word = Signal(data.ArrayLayout(signed(8), bank))
+        scan_base = Signal.like(out_lane_base)
+        scan_lane = Signal(range(bank + 1))
         best_index = Signal(range(OUTPUT_CLASSES + 1))
         classes = prog.output_shape[0] if prog.is_classifier else 0
 
@@ -215,23 +218,32 @@ class NeuralNetworkAccelerator(wiring.Component):
                     for s in range(wpb):
                         with m.Case(s):
                             m.d.sync += out_beat[s * word_bits:(s + 1) * word_bits].eq(act_rd.data)
-                m.d.sync += [out_slot.eq(out_slot + 1), out_lane_base.eq(out_lane_base + bank)]
-                # Argmax over the logits; the first index wins ties.
-                value, index = best_value, best_index
-                for lane in range(bank):
-                    lane_value = act_rdata[lane]
-                    better = (out_lane_base + lane < classes) & (lane_value > value)
-                    new_value = Signal(signed(8), name=f"argmax_v{lane}")
-                    new_index = Signal.like(best_index, name=f"argmax_i{lane}")
-                    m.d.comb += [new_value.eq(value), new_index.eq(index)]
-                    with m.If(better):
-                        m.d.comb += [new_value.eq(lane_value), new_index.eq(out_lane_base + lane)]
-                    value, index = new_value, new_index
-                m.d.sync += [best_value.eq(value), best_index.eq(index)]
-                with m.If((out_slot == wpb - 1) | (out_words_left == 0)):
+                m.d.sync += [out_slot.eq(out_slot + 1), out_lane_base.eq(out_lane_base + bank),
+                             scan_word.eq(act_rdata), scan_base.eq(out_lane_base), scan_lane.eq(0)]
+                with m.If(out_lane_base < classes):
+                    m.next = "OUT_SCAN"
+                with m.Elif((out_slot == wpb - 1) | (out_words_left == 0)):
                     m.next = "OUT_SEND"
                 with m.Else():
                     m.next = "OUT_ISSUE"
+            with m.State("OUT_SCAN"):
+                # Argmax over the logits, one lane a cycle (the first index wins ties); a
+                # classifier has at most 10 logits, so this costs at most ~10 cycles.
+                m.d.comb += perf.slot.eq(n_ops + 1)
+                lane_value = Signal(signed(8))
+                with m.Switch(scan_lane):
+                    for lane in range(bank):
+                        with m.Case(lane):
+                            m.d.comb += lane_value.eq(scan_word[lane])
+                index = scan_base + scan_lane
+                with m.If((index < classes) & (lane_value > best_value)):
+                    m.d.sync += [best_value.eq(lane_value), best_index.eq(index)]
+                m.d.sync += scan_lane.eq(scan_lane + 1)
+                with m.If((scan_lane == bank - 1) | (index >= classes - 1)):
+                    with m.If((out_slot == wpb) | (out_words_left == 0)):
+                        m.next = "OUT_SEND"
+                    with m.Else():
+                        m.next = "OUT_ISSUE"
             with m.State("OUT_SEND"):
                 m.d.comb += perf.slot.eq(n_ops + 1)
                 last = out_words_left == 0
@@ -242,7 +254,8 @@ class NeuralNetworkAccelerator(wiring.Component):
                 with m.If(self.output_ready):
                     m.d.sync += [out_slot.eq(0), out_beat.eq(0)]
                     with m.If(last):
-                        m.d.sync += [counting.eq(0), self.perf_cycles.eq(cycles), self.perf_busy.eq(busy),
+                        # This cycle counts too (the counters' own update is too late).
+                        m.d.sync += [counting.eq(0), self.perf_cycles.eq(cycles + 1), self.perf_busy.eq(busy),
                                      in_addr.eq(prog.input.base), in_words_left.eq(prog.input.words),
                                      read_from.eq(0)]
                         m.next = "LOAD"

@@ -32,7 +32,7 @@ def test_dense_models_match_reference(model, rows, cols, simulator, tmp_path):
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
 # add at most a few cycles); these bounds catch a change that slows the schedule.
-CYCLE_BOUNDS = {("linear", 8, 8): 430, ("mlp", 8, 8): 125}
+CYCLE_BOUNDS = {("linear", 8, 8): 435, ("mlp", 8, 8): 130}
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))
@@ -43,6 +43,7 @@ def test_cycles_per_inference_stay_within_bound(model, rows, cols, tmp_path):
     check_report(case, report)
     cycles = [r["cycles"] for r in report.results]
     assert max(cycles) <= CYCLE_BOUNDS[model, rows, cols], cycles
+    print(f"{model} {rows}x{cols}: {cycles[0]} cycles per inference")
     assert len(set(cycles)) == 1, f"cycle counts must be deterministic without stalls: {cycles}"
     steps = sum(op.steps for op in case.program.gemm_ops)
     assert all(r["busy_steps"] == steps for r in report.results)
