@@ -17,6 +17,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import AcceleratorConfig
+from .pipeline import delayed
 from .program import Program
 from .requantizer import MULTIPLIER_BITS, SHIFT_BITS, Requantizer, requant_params_layout
 from .step_generator import step_layout
@@ -63,19 +64,12 @@ class GemmEngine(wiring.Component):
     @property
     def sum_latency(self) -> int:
         """Cycles from a step to its sums leaving the array."""
-        return self.INPUT_LATENCY + SystolicArray(self._cfg.rows, self._cfg.cols).latency
+        return self.INPUT_LATENCY + SystolicArray.latency_for(self._cfg.rows, self._cfg.cols)
 
     @property
     def write_latency(self) -> int:
         """Cycles from a step to its (last) write reaching the activation memory."""
         return self.sum_latency + 1 + Requantizer.LATENCY
-
-    def _delayed(self, m, value, cycles: int, name: str):
-        for n in range(cycles):
-            reg = Signal.like(value, name=f"{name}_{n + 1}")
-            m.d.sync += reg.eq(value)
-            value = reg
-        return value
 
     def elaborate(self, platform):
         m = Module()
@@ -85,7 +79,7 @@ class GemmEngine(wiring.Component):
 
         # Activation read and lane selection.
         m.d.comb += self.act_raddr.eq(step.act_addr)
-        step1 = self._delayed(m, step, 1, "step")
+        step1 = delayed(m, step, 1, "step")
         x_vec = Signal(data.ArrayLayout(signed(8), rows))
         with m.Switch(step1.act_group):
             for g in range(self._in_groups):
@@ -107,8 +101,8 @@ class GemmEngine(wiring.Component):
         m.d.comb += [array.x.eq(x_reg), array.weights.eq(weights.weights)]
 
         # Accumulate at the array's output.
-        ctrl_early = self._delayed(m, step, self.sum_latency - 1, "ctrl")
-        ctrl = self._delayed(m, ctrl_early, 1, "ctrl")
+        ctrl_early = delayed(m, step, self.sum_latency - 1, "ctrl")
+        ctrl = delayed(m, ctrl_early, 1, "ctrl")
         acc_mem = memory.Memory(shape=data.ArrayLayout(signed(cfg.accumulator_bits), cols),
                                 depth=cfg.accumulator_depth, init=[])
         m.submodules.accumulators = acc_mem

@@ -61,13 +61,19 @@ class TensorPlacement:
 
 
 @dataclass(frozen=True)
-class GemmOp:
+class WindowOp:
+    """An op that slides a window over its source tensor into its destination."""
     name: str
     source: TensorPlacement
     dest: TensorPlacement
     kernel: tuple[int, int]
     stride: tuple[int, int]
     padding: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class GemmOp(WindowOp):
+    """A convolution (or dense layer) on the array."""
     channel_tiles: int          # ceil(C_in / rows)
     n_tiles: int                # ceil(C_out / cols)
     block: int                  # output pixels per accumulator pass
@@ -90,13 +96,8 @@ class GemmOp:
 
 
 @dataclass(frozen=True)
-class PoolOp:
-    name: str
-    source: TensorPlacement
-    dest: TensorPlacement
-    kernel: tuple[int, int]
-    stride: tuple[int, int]
-    padding: tuple[int, int]
+class PoolOp(WindowOp):
+    """Max-pooling, a pass of its own over the activation memory."""
 
     @property
     def steps(self) -> int:

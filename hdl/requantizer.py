@@ -11,6 +11,8 @@ from amaranth import Const, Module, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .pipeline import delay_line
+
 SHIFT_BITS = 6          # shifts up to 62, see integer_semantics.SHIFT_MAX
 MULTIPLIER_BITS = 32    # signed; values in [2**30, 2**31)
 
@@ -50,29 +52,19 @@ class Requantizer(wiring.Component):
             "o_tag": Out(tag_layout),
         })
 
-    @staticmethod
-    def _delay(m, value, cycles: int, name: str) -> list:
-        """``value`` and its copies delayed by 1..cycles (index = delay)."""
-        stages = [value]
-        for n in range(cycles):
-            reg = Signal.like(value, name=f"{name}_d{n + 1}")
-            m.d.sync += reg.eq(stages[-1])
-            stages.append(reg)
-        return stages
-
     def elaborate(self, platform):
         m = Module()
         half_bits = MULTIPLIER_BITS // 2
         product_bits = self._acc_bits + MULTIPLIER_BITS
-        valid = self._delay(m, self.i_valid, self.LATENCY, "valid")
-        tag = self._delay(m, self.i_tag, self.LATENCY, "tag")
+        valid = delay_line(m, self.i_valid, self.LATENCY, "valid")
+        tag = delay_line(m, self.i_tag, self.LATENCY, "tag")
         m.d.comb += [self.o_valid.eq(valid[-1]), self.o_tag.eq(tag[-1])]
         p = self.i_params
-        zero_point = self._delay(m, p.zero_point, self.LATENCY - 1, "zero_point")[-1]
-        clamp_min = self._delay(m, p.clamp_min, self.LATENCY - 1, "clamp_min")[-1]
-        clamp_max = self._delay(m, p.clamp_max, self.LATENCY - 1, "clamp_max")[-1]
+        zero_point = delay_line(m, p.zero_point, self.LATENCY - 1, "zero_point")[-1]
+        clamp_min = delay_line(m, p.clamp_min, self.LATENCY - 1, "clamp_min")[-1]
+        clamp_max = delay_line(m, p.clamp_max, self.LATENCY - 1, "clamp_max")[-1]
         for lane in range(self._lanes):
-            shift = self._delay(m, p.shift[lane], 3, f"shift{lane}")
+            shift = delay_line(m, p.shift[lane], 3, f"shift{lane}")
             multiplier = p.multiplier[lane].as_unsigned()
             # 1: half products.
             low = Signal(signed(self._acc_bits + half_bits + 1), name=f"low{lane}")

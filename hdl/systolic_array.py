@@ -1,9 +1,10 @@
 """The rows x cols grid of processing elements, with the input skew and output de-skew."""
-from amaranth import Module, Signal, signed
+from amaranth import Module, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .pe import ProcessingElement
+from .pipeline import delayed
 
 
 class SystolicArray(wiring.Component):
@@ -34,19 +35,15 @@ class SystolicArray(wiring.Component):
             "y": Out(data.ArrayLayout(signed(accumulator_bits), cols)),
         })
 
-    @property
-    def latency(self) -> int:
+    @staticmethod
+    def latency_for(rows: int, cols: int) -> int:
         """Cycles from an input vector at ``x`` to its sums at ``y``: the skew of the
         last column plus one pipelined PE (multiply, then add) per row."""
-        return self._rows + self._cols - 2 + ProcessingElement.LATENCY
+        return rows + cols - 2 + ProcessingElement.LATENCY
 
-    @staticmethod
-    def _delay(m, value, cycles: int, name: str):
-        for stage in range(cycles):
-            reg = Signal.like(value, name=f"{name}_d{stage + 1}")
-            m.d.sync += reg.eq(value)
-            value = reg
-        return value
+    @property
+    def latency(self) -> int:
+        return self.latency_for(self._rows, self._cols)
 
     def elaborate(self, platform):
         m = Module()
@@ -59,7 +56,7 @@ class SystolicArray(wiring.Component):
                 m.submodules[f"pe_{r}_{c}"] = pe
                 m.d.comb += pe.weight.eq(self.weights[r][c])
                 if c == 0:
-                    m.d.comb += pe.x_in.eq(self._delay(m, self.x[r], r, f"skew_row{r}"))
+                    m.d.comb += pe.x_in.eq(delayed(m, self.x[r], r, f"skew_row{r}"))
                 else:
                     m.d.comb += pe.x_in.eq(pes[r][c - 1].x_out)
                 if r == 0:
@@ -67,5 +64,5 @@ class SystolicArray(wiring.Component):
                 else:
                     m.d.comb += pe.psum_in.eq(pes[r - 1][c].psum_out)
         for c in range(cols):
-            m.d.comb += self.y[c].eq(self._delay(m, pes[rows - 1][c].psum_out, cols - 1 - c, f"deskew_col{c}"))
+            m.d.comb += self.y[c].eq(delayed(m, pes[rows - 1][c].psum_out, cols - 1 - c, f"deskew_col{c}"))
         return m
