@@ -92,10 +92,10 @@ class GemmEngine(wiring.Component):
         with m.Else():
             m.d.sync += x_reg.eq(x_vec)
 
-        # Weights: bank 0 reads one cycle after the step, so diagonal d's weight is there
-        # when the vector reaches PE (r, c), d = r + c cycles after entering at t+2.
+        # Weights: diagonal d's weight must be there when the vector reaches PE (r, c),
+        # d = r + c cycles after it entered the array at t + INPUT_LATENCY.
         m.submodules.weights = weights = WeightMemory(prog.weight_tiles, w.weight_addr)
-        m.d.comb += weights.addr.eq(step1.w_addr)
+        m.d.comb += weights.addr.eq(delayed(m, step.w_addr, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_addr"))
 
         m.submodules.array = array = SystolicArray(rows, cols, 8, cfg.accumulator_bits)
         m.d.comb += [array.x.eq(x_reg), array.weights.eq(weights.weights)]

@@ -21,12 +21,18 @@ def diagonal_members(rows: int, cols: int, d: int) -> list[tuple[int, int]]:
 class WeightMemory(wiring.Component):
     """ROM of weight tiles ``[tiles, rows, cols]`` delivered in diagonal skew.
 
+    Each PE's weight is re-registered after the ROM's read port, so the long route from
+    a block RAM to PEs spread over the array gets a cycle of its own.
+
     Members
     -------
-    addr: In, the tile for the vector that enters the array two cycles later.
+    addr: In, a tile address.
     weights: Out, ``rows x cols``; PE ``(r, c)``'s weight is that of the tile given at
-    ``addr`` ``r + c + 1`` cycles before (ROM read latency included).
+    ``addr`` ``r + c + LATENCY`` cycles before.
     """
+
+    #: ROM read plus the per-PE register.
+    LATENCY = 2
 
     def __init__(self, tiles: np.ndarray, addr_bits: int, data_bits: int = 8):
         self._tiles = np.asarray(tiles)
@@ -58,7 +64,7 @@ class WeightMemory(wiring.Component):
             read = bank.read_port()
             m.d.comb += read.addr.eq(addr)
             for index, (r, c) in enumerate(members):
-                m.d.comb += self.weights[r][c].eq(read.data[index * bits:(index + 1) * bits].as_signed())
+                m.d.sync += self.weights[r][c].eq(read.data[index * bits:(index + 1) * bits].as_signed())
             next_addr = Signal.like(addr, name=f"addr_diag{d + 1}")
             m.d.sync += next_addr.eq(addr)
             addr = next_addr
