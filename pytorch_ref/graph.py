@@ -166,26 +166,23 @@ class Registry:
         self.functions: dict[object, Handler] = {}
         self.methods: dict[str, Handler] = {}
 
-    def module(self, *types: type):
+    @staticmethod
+    def _registrar(table: dict, keys):
+        """A decorator that files its handler in ``table`` under each of ``keys``."""
         def register(handler):
-            for t in types:
-                self.modules[t] = handler
+            for key in keys:
+                table[key] = handler
             return handler
         return register
+
+    def module(self, *types: type):
+        return self._registrar(self.modules, types)
 
     def function(self, *functions):
-        def register(handler):
-            for f in functions:
-                self.functions[f] = handler
-            return handler
-        return register
+        return self._registrar(self.functions, functions)
 
     def method(self, *names: str):
-        def register(handler):
-            for n in names:
-                self.methods[n] = handler
-            return handler
-        return register
+        return self._registrar(self.methods, names)
 
     def supported(self) -> str:
         modules = ", ".join(sorted({type_name(t) for t in self.modules}))
