@@ -1,7 +1,7 @@
 """``python -m hdl verilog|vhdl``: write the accelerator for a shipped model as Verilog or VHDL.
 
-The command-line layer on top of :func:`hdl.generate.build_top`: it takes the model
-trained (or loaded from the cache) and quantized by :mod:`pytorch_ref.train`. From
+The command-line layer on top of :func:`hdl.build.build_top`: it takes the model
+trained (or loaded from the cache) and quantized by :mod:`pytorch_ref.zoo.train`. From
 Python, ``build_top(quantized_model, AcceleratorConfig(...))`` takes any model.
 """
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytorch_ref import models
-from pytorch_ref.train import quantize_trained
+from pytorch_ref.zoo import models
+from pytorch_ref.zoo.train import quantize_trained
 
-from .config import AcceleratorConfig
-from .generate import build_top, to_verilog, to_vhdl, write_atomically
+from hdl.config import AcceleratorConfig
+from hdl.build import build_top
+from hdl.writers import to_verilog, to_vhdl, write_atomically
 
 
 def main(argv=None) -> int:

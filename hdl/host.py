@@ -1,6 +1,6 @@
 """Host-side API: pack inputs into ``input_data`` beats and unpack ``output_values`` beats.
 
-A beat carries ``words_per_beat`` activation-memory words (see :mod:`hdl.program`), word
+A beat carries ``words_per_beat`` activation-memory words (see :mod:`hdl.compiler.program`), word
 ``w`` of the beat in bits ``[w * B * 8, (w + 1) * B * 8)``, lane ``l`` of a word in bits
 ``[l * 8, l * 8 + 8)`` as two's complement. The tensor is channels-last, each pixel's
 channels padded with zeros to a whole number of words.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .program import Program, TensorPlacement
+from hdl.compiler.program import Program, TensorPlacement
 
 
 def tensor_to_words(placement: TensorPlacement, bank_width: int, codes: np.ndarray) -> np.ndarray:

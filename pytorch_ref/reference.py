@@ -4,15 +4,15 @@ Convolutions and matrix products run in float64: every product of int8 codes and
 partial sum of one layer stays below 2**53 (checked), so float64 arithmetic is exact
 here and works on CUDA and CPU alike (CUDA has no int64 matmul). Everything after the
 accumulation (requantization, clamping, pooling) is done in int64 as
-:mod:`pytorch_ref.integer_semantics` defines it.
+:mod:`pytorch_ref.ir.integer_semantics` defines it.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from . import integer_semantics as sem
-from .quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+from pytorch_ref.ir import integer_semantics as sem
+from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                               QuantizedModel)
 
 _FLOAT64_EXACT = 2 ** 53

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from hdl.config import AcceleratorConfig
-from pytorch_ref.models import BUILDERS
+from pytorch_ref.zoo.models import BUILDERS
 
-from .cases import trained_case
-from .report import print_report
-from .runner import SIMULATORS, simulate
+from sim.cases import trained_case
+from sim.report import print_report
+from sim.runner import SIMULATORS, simulate
 
 
 def main(argv=None) -> int:

@@ -27,9 +27,9 @@ import torch
 
 from hdl.config import AcceleratorConfig
 
-from .cases import random_case, trained_case
-from .report import layer_table
-from .runner import simulate
+from sim.cases import random_case, trained_case
+from sim.report import layer_table
+from sim.runner import simulate
 
 DEFINITIONS = ("utilization = useful MACs / (rows x cols x cycles); "
                "tiling bound = cycles if every tile of the array were busy every cycle, padding waste included; "
@@ -108,8 +108,8 @@ def simulator_speeds(build_root: Path, inputs: int) -> list[dict]:
 
 def torch_cpu_latency(model_name: str, repeats: int = 200) -> float:
     """Median wall time of one float inference, batch 1, on this machine's CPU (seconds)."""
-    from pytorch_ref.train import trained_model
-    from pytorch_ref.models import INPUT_SHAPES
+    from pytorch_ref.zoo.train import trained_model
+    from pytorch_ref.zoo.models import INPUT_SHAPES
     model = trained_model(model_name, log=lambda *a: None).eval()
     x = torch.randn((1,) + INPUT_SHAPES[model_name])
     times = []
@@ -125,9 +125,9 @@ def torch_cpu_latency(model_name: str, repeats: int = 200) -> float:
 
 
 def fpga_estimates(build_root: Path) -> list[dict]:
-    from hdl.fpga_estimate import estimate_ecp5
-    from hdl.systolic_array import SystolicArray
-    from hdl.top import NeuralNetworkAccelerator
+    from hdl.tools.fpga_estimate import estimate_ecp5
+    from hdl.gateware.systolic_array import SystolicArray
+    from hdl.gateware.top import NeuralNetworkAccelerator
     out = []
     case = random_case("linear", AcceleratorConfig(), count=1)
     designs = [("8x8 accelerator (Linear(1000,10))", NeuralNetworkAccelerator(case.program),

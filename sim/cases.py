@@ -7,10 +7,11 @@ import numpy as np
 import torch
 
 from hdl.config import AcceleratorConfig
-from hdl.program import Program, lower
-from pytorch_ref import integer_semantics as sem
-from pytorch_ref import models, quantize
-from pytorch_ref.quantized_model import QuantizedModel
+from hdl.compiler.program import Program, lower
+from pytorch_ref.ir import integer_semantics as sem
+from pytorch_ref.zoo import models
+from pytorch_ref.frontends.float_model import quantize_model
+from pytorch_ref.ir.quantized_model import QuantizedModel
 from pytorch_ref.reference import run_integer_reference
 
 
@@ -28,7 +29,7 @@ def quantized_random_model(name: str, seed: int = 0, calibration: int = 256) -> 
     model = models.build(name, seed=seed)
     generator = torch.Generator().manual_seed(seed + 1)
     data = torch.randn((calibration,) + models.INPUT_SHAPES[name], generator=generator)
-    return quantize.quantize_sequential(model, data, name), data
+    return quantize_model(model, data, name=name), data
 
 
 def batched(values: np.ndarray, batch: int) -> list[np.ndarray]:
@@ -65,7 +66,7 @@ class TrainedCase(Case):
 def trained_case(name: str, config: AcceleratorConfig, count: int, log=print, batch: int = 1) -> TrainedCase:
     """A shipped model, trained (or loaded from the cache), quantized, with its first
     ``count`` held-out inputs (``count // batch`` inferences)."""
-    from pytorch_ref.train import accuracy_report, quantize_trained
+    from pytorch_ref.zoo.train import accuracy_report, quantize_trained
     compiled = quantize_trained(name, log=log)
     codes = compiled.x_codes[:count]
     if len(codes) < count:

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hdl.program import GemmOp
+from hdl.compiler.program import GemmOp
 
-from .cases import Case
-from .runner import SimulationReport
+from sim.cases import Case
+from sim.runner import SimulationReport
 
 
 def tiling_bound(op) -> int:

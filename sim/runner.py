@@ -14,9 +14,9 @@ import numpy as np
 from cocotb_tools.check_results import get_results
 from cocotb_tools.runner import get_runner
 
-from hdl.generate import TOP_NAME, to_verilog, to_vhdl, write_atomically
-from hdl.program import Program
-from hdl.top import NeuralNetworkAccelerator
+from hdl.writers import TOP_NAME, to_verilog, to_vhdl, write_atomically
+from hdl.compiler.program import Program
+from hdl.gateware.top import NeuralNetworkAccelerator
 
 SIMULATORS = ("verilator", "icarus", "ghdl")
 REPO = Path(__file__).resolve().parents[1]

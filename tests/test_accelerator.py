@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from hdl.config import AcceleratorConfig
-from hdl.program import GemmOp
-from pytorch_ref.quantize import quantize_sequential
+from hdl.compiler.program import GemmOp
+from pytorch_ref.frontends.float_model import quantize_model
 from sim.cases import make_case, random_case, trained_case
 from sim.runner import simulate
 
@@ -114,7 +114,7 @@ def test_strided_padded_convolution_matches_reference(tmp_path):
                           nn.Conv2d(6, 5, 3, stride=(2, 1), padding=(0, 2)))
     torch.manual_seed(0)
     calibration = torch.randn(64, 3, 13, 11)
-    quantized = quantize_sequential(model.eval(), calibration, "strided")
+    quantized = quantize_model(model.eval(), calibration, name="strided")
     assert quantized.input_quant.zero_point != 0
     case = make_case(quantized, AcceleratorConfig(rows=4, cols=4), torch.randn(3, 3, 13, 11))
     report = simulate(case.program, case.inputs, case.expected, simulator="verilator",

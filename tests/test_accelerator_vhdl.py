@@ -6,9 +6,9 @@ import subprocess
 import pytest
 
 from hdl.config import AcceleratorConfig
-from hdl.generate import TOP_NAME, to_vhdl
-from hdl.top import NeuralNetworkAccelerator
-from hdl.vhdl import netlist_cell_types
+from hdl.writers import TOP_NAME, to_vhdl
+from hdl.gateware.top import NeuralNetworkAccelerator
+from hdl.writers.vhdl import netlist_cell_types
 from sim.cases import random_case
 from tests.test_vhdl_backend import CELL_GROUPS
 

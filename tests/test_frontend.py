@@ -7,11 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytorch_ref import integer_semantics as sem
-from pytorch_ref import models
-from pytorch_ref.frontend import float_ops, fold_batchnorm, quantize_model
-from pytorch_ref.quantize import quantize_sequential
-from pytorch_ref.quantized_model import Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer
+from pytorch_ref.ir import integer_semantics as sem
+from pytorch_ref.zoo import models
+from pytorch_ref.frontends.float_model import float_ops, fold_batchnorm, quantize_model
+from pytorch_ref.ir.quantized_model import Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer
 from pytorch_ref.reference import run_integer_reference
 
 torch.set_num_threads(1)
@@ -150,10 +149,10 @@ def test_traced_functional_model_equals_sequential(reshape):
                     assert va == vb, (a.name, f.name)
 
 
-def test_names_and_quantize_sequential_wrapper():
+def test_layer_names_and_model_name():
     model = models.build("mlp")
     x = _randn(32, 64)
-    quantized = quantize_sequential(model, x, name="mlp")
+    quantized = quantize_model(model, x, name="mlp")
     assert [l.name for l in quantized.layers] == ["0.Linear", "2.Linear"]
     assert quantized.name == "mlp" and quantized.input_shape == (64,)
 

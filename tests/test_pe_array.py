@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from hdl.pe import ProcessingElement
-from hdl.systolic_array import SystolicArray
+from hdl.gateware.pe import ProcessingElement
+from hdl.gateware.systolic_array import SystolicArray
 from tests.amaranth_sim import run_testbench
 
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from pytorch_ref import integer_semantics as sem
-from pytorch_ref import models
-from pytorch_ref.frontend import quantize_model
-from pytorch_ref.quantized_model import (Conv2dLayer, DenseLayer, MaxPool2dLayer, QuantizedModel, QuantParams,
+from pytorch_ref.ir import integer_semantics as sem
+from pytorch_ref.zoo import models
+from pytorch_ref.frontends.float_model import quantize_model
+from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, MaxPool2dLayer, QuantizedModel, QuantParams,
                                          Requantization)
 from pytorch_ref.reference import run_integer_reference
 

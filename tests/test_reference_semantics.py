@@ -1,8 +1,8 @@
-"""Hand-checked vectors for pytorch_ref.integer_semantics (rounding, saturation, multipliers)."""
+"""Hand-checked vectors for pytorch_ref.ir.integer_semantics (rounding, saturation, multipliers)."""
 import pytest
 import torch
 
-from pytorch_ref import integer_semantics as sem
+from pytorch_ref.ir import integer_semantics as sem
 
 torch.set_num_threads(1)
 

@@ -4,8 +4,8 @@ import torch
 
 from amaranth.lib import data
 
-from hdl.requantizer import Requantizer
-from pytorch_ref import integer_semantics as sem
+from hdl.gateware.requantizer import Requantizer
+from pytorch_ref.ir import integer_semantics as sem
 from tests.amaranth_sim import run_testbench
 
 # (acc, multiplier, shift, zero_point, clamp_min, clamp_max): ties, negatives, saturation.

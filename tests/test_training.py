@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from pytorch_ref import data, models, train
-from pytorch_ref.quantized_model import QuantizedModel
+from pytorch_ref.zoo import data, models, train
+from pytorch_ref.ir.quantized_model import QuantizedModel
 
 torch.set_num_threads(1)
 

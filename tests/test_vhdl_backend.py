@@ -1,4 +1,4 @@
-"""Tests of the VHDL back end (hdl.vhdl): cell-by-cell differential simulation against
+"""Tests of the VHDL back end (hdl.writers.vhdl): cell-by-cell differential simulation against
 Amaranth's Verilog, Amaranth-level designs, clean GHDL analysis, and clear errors."""
 
 import random
@@ -15,8 +15,8 @@ from amaranth.utils import ceil_log2
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.vhdl import (SUPPORTED_CELLS, UnsupportedCellError, convert, netlist_cell_types)
-from hdl.vhdl import emit, netlist
+from hdl.writers.vhdl import (SUPPORTED_CELLS, UnsupportedCellError, convert, netlist_cell_types)
+from hdl.writers.vhdl import emit, netlist
 
 from tests.vhdl_harness import (check_design, check_rtlil, compare, ports_of, random_stimulus,
                            require_tools, simulate)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 from amaranth.back import verilog
 
-from hdl.vhdl import emit, netlist
+from hdl.writers.vhdl import emit, netlist
 
 __all__ = ["PortSpec", "require_tools", "ports_of", "random_value", "random_stimulus",
            "simulate", "compare", "check_rtlil", "check_design"]

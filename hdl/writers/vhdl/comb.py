@@ -11,7 +11,7 @@ are clamped, never converted to a VHDL integer that could overflow. Undefined re
 (division by zero, ``$shiftx`` bits outside ``A``) are 0.
 """
 
-from .sigspec import extend
+from hdl.writers.vhdl.sigspec import extend
 
 __all__ = ["COMB_CELLS"]
 

@@ -1,6 +1,6 @@
 """Post-processing of finished accumulators: requantize, add the zero point, clamp.
 
-Implements ``requantize_half_up`` of :mod:`pytorch_ref.integer_semantics`, lane by lane::
+Implements ``requantize_half_up`` of :mod:`pytorch_ref.ir.integer_semantics`, lane by lane::
 
     y = clamp(((acc * multiplier) + 2**(shift-1)) >> shift) + zero_point, clamp_min, clamp_max)
 
@@ -11,7 +11,7 @@ from amaranth import Const, Module, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .pipeline import delay_line
+from hdl.gateware.pipeline import delay_line
 
 SHIFT_BITS = 6          # shifts up to 62, see integer_semantics.SHIFT_MAX
 MULTIPLIER_BITS = 32    # signed; values in [2**30, 2**31)

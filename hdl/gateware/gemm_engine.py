@@ -16,14 +16,14 @@ from amaranth import Module, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import AcceleratorConfig
-from .pipeline import delayed
-from .program import Program
-from .requantizer import MULTIPLIER_BITS, SHIFT_BITS, Requantizer, requant_params_layout
-from .step_generator import step_layout
-from .systolic_array import SystolicArray
-from .weight_memory import WeightMemory
-from .widths import Widths, bits_for
+from hdl.config import AcceleratorConfig
+from hdl.gateware.pipeline import delayed
+from hdl.compiler.program import Program
+from hdl.gateware.requantizer import MULTIPLIER_BITS, SHIFT_BITS, Requantizer, requant_params_layout
+from hdl.gateware.step_generator import step_layout
+from hdl.gateware.systolic_array import SystolicArray
+from hdl.gateware.weight_memory import WeightMemory
+from hdl.compiler.widths import Widths, bits_for
 
 
 def _pack(values, bits: int) -> int:

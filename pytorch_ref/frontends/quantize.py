@@ -1,11 +1,11 @@
 """Post-training quantization helpers: weights, biases and requantization.
 
-The front end that walks a model and calibrates it is :mod:`pytorch_ref.frontend`;
+The front end that walks a model and calibrates it is :mod:`pytorch_ref.frontends.float_model`;
 this module holds the per-layer arithmetic it uses. Activation ranges come from
 PyTorch's observers on calibration data (affine, int8, min/max); weights use a
 per-output-channel symmetric observer. Rounding of weights and biases is to nearest
 (``torch.round``, ties to even); the integer arithmetic afterwards follows
-:mod:`pytorch_ref.integer_semantics`.
+:mod:`pytorch_ref.ir.integer_semantics`.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from torch.ao.quantization.observer import PerChannelMinMaxObserver
 
-from . import integer_semantics as sem
-from .quantized_model import QuantizedModel, QuantParams, Requantization
+from pytorch_ref.ir import integer_semantics as sem
+from pytorch_ref.ir.quantized_model import QuantizedModel, QuantParams, Requantization
 
 def quantize_weight(weight: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Per-output-channel symmetric int8 weights in [-127, 127]; returns (codes, scales)."""
@@ -46,14 +46,3 @@ def quantize_bias(bias: torch.Tensor | None, input_scale: float, weight_scales: 
         raise OverflowError(f"{name}: quantized bias exceeds int32")
     return q.astype(np.int32)
 
-
-def quantize_sequential(model: nn.Module, calibration: torch.Tensor, name: str = "model") -> QuantizedModel:
-    """Quantize a float model; kept for its callers, the front end is
-    :func:`pytorch_ref.frontend.quantize_model` (which also takes Conv2d, BatchNorm2d,
-    MaxPool2d and fx-traceable modules).
-
-    ``calibration`` is a float batch ``[B, *input_shape]`` whose ranges set every
-    activation's scale and zero point.
-    """
-    from .frontend import quantize_model     # the front end builds on this module's helpers
-    return quantize_model(model, calibration, name=name)

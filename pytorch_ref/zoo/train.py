@@ -1,6 +1,6 @@
 """Training on the digits, cached checkpoints, and the compiled models the other sides use.
 
-The public entry points, for every model of :mod:`pytorch_ref.models`:
+The public entry points, for every model of :mod:`pytorch_ref.zoo.models`:
 
 * :func:`trained_model` -- the float model: trained on the digits (``mlp``, ``lenet``),
   or seeded weights with non-trivial BatchNorm statistics (``linear``, ``stem``,
@@ -17,7 +17,7 @@ rename) under a file lock, so parallel test workers train once.
 
 Training picks CUDA when present, with mixed precision (autocast + GradScaler), pinned
 memory and loader workers there; on the CPU it runs in float32 in the main process.
-``python -m pytorch_ref.train [names]`` trains and prints the reports.
+``python -m pytorch_ref.zoo.train [names]`` trains and prints the reports.
 """
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from . import data, models
-from . import integer_semantics as sem
-from .frontend import quantize_model
-from .quantized_model import QuantizedModel
-from .reference import run_integer_reference
+from pytorch_ref.zoo import data, models
+from pytorch_ref.ir import integer_semantics as sem
+from pytorch_ref.frontends.float_model import quantize_model
+from pytorch_ref.ir.quantized_model import QuantizedModel
+from pytorch_ref.reference import run_integer_reference
 
 __all__ = ["HYPERPARAMETERS", "Compiled", "checkpoint_path", "train", "trained_model", "quantize_trained",
            "accuracy_report"]
@@ -52,7 +52,7 @@ HYPERPARAMETERS = {
 }
 #: Where checkpoints live: ``$NNACCEL_CHECKPOINTS`` or the repository's build/checkpoints.
 CHECKPOINT_DIR = Path(os.environ.get("NNACCEL_CHECKPOINTS",
-                                     Path(__file__).resolve().parents[1] / "build" / "checkpoints"))
+                                     Path(__file__).resolve().parents[2] / "build" / "checkpoints"))
 _SOURCES = ("models.py", "train.py", "data.py")
 Log = Callable[[str], None]
 

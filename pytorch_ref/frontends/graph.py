@@ -1,7 +1,7 @@
 """Tracing a PyTorch module into a chain of layers, with handlers registered by type.
 
-Both front ends (:mod:`pytorch_ref.frontend` for float models and
-:mod:`pytorch_ref.torch_ao` for models PyTorch already quantized) work the same way,
+Both front ends (:mod:`pytorch_ref.frontends.float_model` for float models and
+:mod:`pytorch_ref.frontends.torch_ao` for models PyTorch already quantized) work the same way,
 as hls4ml does: :func:`trace` turns the module into a ``torch.fx`` graph, and
 :func:`walk` visits its nodes in order, looks up one handler per node in a
 :class:`Registry` (by module type, by function, or by tensor-method name) and checks

@@ -4,7 +4,7 @@
 ``QuantizedConv2d``, ``QuantizedConvReLU2d``, ``QuantizedLinear``,
 ``QuantizedLinearReLU``, ``MaxPool2d``, ``ReLU``, ``Flatten``, ``DeQuantize``) into a
 :class:`QuantizedModel`, one handler per module type on the same traced chain as the
-float front end (:mod:`pytorch_ref.graph`).
+float front end (:mod:`pytorch_ref.frontends.graph`).
 
 Number formats:
 
@@ -36,13 +36,13 @@ import torch.ao.quantization as tq
 from torch import nn
 from torch.ao.quantization.observer import MinMaxObserver, PerChannelMinMaxObserver
 
-from . import integer_semantics as sem
-from .frontend import FlattenOp, MaxPoolOp, ReLUOp, maxpool_op
-from .graph import Registry, Step, flatten_spec, trace, type_name, walk
-from .quantize import make_requantization, quantize_bias
-from .quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
+from pytorch_ref.ir import integer_semantics as sem
+from pytorch_ref.frontends.float_model import FlattenOp, MaxPoolOp, ReLUOp, maxpool_op
+from pytorch_ref.frontends.graph import Registry, Step, flatten_spec, trace, type_name, walk
+from pytorch_ref.frontends.quantize import make_requantization, quantize_bias
+from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
                               QuantParams)
-from .reference import run_integer_reference
+from pytorch_ref.reference import run_integer_reference
 
 __all__ = ["import_torch_ao", "torch_ao_quantize", "torch_ao_codes", "measure_agreement", "REGISTRY"]
 

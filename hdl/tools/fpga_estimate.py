@@ -390,10 +390,10 @@ def format_estimate(result: dict) -> str:
 
 
 def _main(argv=None):
-    """``python -m hdl.fpga_estimate rows cols``: estimate a bare systolic array."""
+    """``python -m hdl.tools.fpga_estimate rows cols``: estimate a bare systolic array."""
     import argparse
 
-    from .systolic_array import SystolicArray
+    from hdl.gateware.systolic_array import SystolicArray
     parser = argparse.ArgumentParser(description=_main.__doc__)
     parser.add_argument("rows", type=int)
     parser.add_argument("cols", type=int)

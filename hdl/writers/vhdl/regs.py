@@ -5,7 +5,7 @@ any clock, enable and reset polarity. The output signal starts at the ``init`` a
 its wires (Amaranth's reset values); bits without one start at 0.
 """
 
-from .errors import UnsupportedCellError
+from hdl.writers.vhdl.errors import UnsupportedCellError
 
 __all__ = ["REG_CELLS", "emit_register"]
 

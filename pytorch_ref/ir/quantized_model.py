@@ -3,7 +3,7 @@
 This is the only type that :mod:`hdl` imports from :mod:`pytorch_ref`. It holds plain
 NumPy integer arrays and Python numbers, no torch modules, so the hardware side sees
 exactly the integers that the reference executes. The arithmetic is defined in
-:mod:`pytorch_ref.integer_semantics`.
+:mod:`pytorch_ref.ir.integer_semantics`.
 
 Shapes: activations are ``(channels, height, width)`` for convolutional layers and
 ``(features,)`` for dense ones; a batch dimension is added in front by the reference.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import integer_semantics as sem
+from pytorch_ref.ir import integer_semantics as sem
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,13 @@ from amaranth import ClockDomain, ClockSignal, Module, Mux, ResetSignal, Signal,
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import OUTPUT_CLASSES
-from .gemm_engine import GemmEngine
-from .perf_counters import PerfCounters
-from .pool_engine import PoolEngine, pool_params_layout
-from .program import GemmOp, PoolOp, Program
-from .step_generator import StepGenerator, gemm_params_layout
-from .widths import Widths, bits_for
+from hdl.config import OUTPUT_CLASSES
+from hdl.gateware.gemm_engine import GemmEngine
+from hdl.gateware.perf_counters import PerfCounters
+from hdl.gateware.pool_engine import PoolEngine, pool_params_layout
+from hdl.compiler.program import GemmOp, PoolOp, Program
+from hdl.gateware.step_generator import StepGenerator, gemm_params_layout
+from hdl.compiler.widths import Widths, bits_for
 
 PERF_BITS = 32
 

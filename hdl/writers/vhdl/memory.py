@@ -11,7 +11,7 @@ nothing (Yosys: undefined / no effect). Not supported (raises): wide ports, a no
 ``OFFSET``, asynchronous write ports, write ports on different clocks, and read-port resets.
 """
 
-from .errors import UnsupportedCellError
+from hdl.writers.vhdl.errors import UnsupportedCellError
 
 __all__ = ["memory_outputs", "emit_memory"]
 

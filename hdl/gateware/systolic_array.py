@@ -3,8 +3,8 @@ from amaranth import Module, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .pe import ProcessingElement
-from .pipeline import delayed
+from hdl.gateware.pe import ProcessingElement
+from hdl.gateware.pipeline import delayed
 
 
 class SystolicArray(wiring.Component):

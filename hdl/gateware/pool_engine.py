@@ -8,7 +8,7 @@ from amaranth import Module, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .widths import Widths
+from hdl.compiler.widths import Widths
 
 PAD_VALUE = -128
 

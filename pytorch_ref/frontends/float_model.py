@@ -2,7 +2,7 @@
 
 :func:`quantize_model` compiles in five passes:
 
-1. trace the model with ``torch.fx`` and walk it as a chain (:mod:`pytorch_ref.graph`),
+1. trace the model with ``torch.fx`` and walk it as a chain (:mod:`pytorch_ref.frontends.graph`),
    one handler per layer type turning each node into a neutral float op;
 2. fuse: fold each BatchNorm2d into the Conv2d before it (eval-mode running
    statistics), and fuse each ReLU into the clamp of the Conv2d/Linear before it
@@ -12,7 +12,7 @@
    (``MinMaxObserver`` unless told otherwise) on the input and on every weighted
    layer's output;
 5. lower each op to its integer layer (weights per-channel symmetric, biases int32,
-   requantization multiplier and shift; see :mod:`pytorch_ref.quantize`).
+   requantization multiplier and shift; see :mod:`pytorch_ref.frontends.quantize`).
 
 Supported: Conv2d (any kernel, stride, padding, groups; zeros padding, dilation 1),
 Linear, ReLU, MaxPool2d (dilation 1, no ceil mode), BatchNorm2d (after a Conv2d),
@@ -31,10 +31,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.ao.quantization.observer import MinMaxObserver, ObserverBase
 
-from . import integer_semantics as sem
-from .graph import Registry, Step, flatten_spec, pair, trace, walk
-from .quantize import make_requantization, quantize_bias, quantize_weight
-from .quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
+from pytorch_ref.ir import integer_semantics as sem
+from pytorch_ref.frontends.graph import Registry, Step, flatten_spec, pair, trace, walk
+from pytorch_ref.frontends.quantize import make_requantization, quantize_bias, quantize_weight
+from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
                               QuantParams)
 
 __all__ = ["quantize_model", "fold_batchnorm", "float_ops", "activation_observer", "REGISTRY"]

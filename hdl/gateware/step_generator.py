@@ -1,6 +1,6 @@
 """The address generator of GEMM ops: one step (activation vector x weight tile) a cycle.
 
-It walks the loop nest of :mod:`hdl.program` with counters only, then computes the
+It walks the loop nest of :mod:`hdl.compiler.program` with counters only, then computes the
 addresses in a short feed-forward pipeline. There is no back-pressure: once started it
 issues one step every cycle until the op is done, which is what keeps the array busy.
 Convolution windows are read straight from the activation memory (no im2col copy);
@@ -10,7 +10,7 @@ from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .widths import Widths, bits_for
+from hdl.compiler.widths import Widths, bits_for
 
 
 def gemm_params_layout(w: Widths) -> data.StructLayout:

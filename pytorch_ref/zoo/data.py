@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .models import INPUT_SHAPES
+from pytorch_ref.zoo.models import INPUT_SHAPES
 
 TEST_FRACTION = 0.2
 SPLIT_SEED = 0
@@ -65,7 +65,7 @@ def _stem_inputs(images: torch.Tensor, generator: torch.Generator) -> torch.Tens
 
 
 def dataset(name: str) -> Split:
-    """The inputs (and labels) for the model ``name`` of :mod:`pytorch_ref.models`."""
+    """The inputs (and labels) for the model ``name`` of :mod:`pytorch_ref.zoo.models`."""
     if name in ("mlp", "lenet"):
         return digits(INPUT_SHAPES[name])
     if name not in INPUT_SHAPES:

@@ -20,11 +20,11 @@ input, several active ``$pmux`` selects, constants ``x``, undriven nets, words o
 without initial contents) the VHDL gives a fixed value: 0, and the lowest active select.
 """
 
-from .emit import SUPPORTED_CELLS, emit_vhdl
-from .errors import UnsupportedCellError
-from .netlist import from_elaboratable
+from hdl.writers.vhdl.emit import SUPPORTED_CELLS, emit_vhdl
+from hdl.writers.vhdl.errors import UnsupportedCellError
+from hdl.writers.vhdl.netlist import from_elaboratable
 
-__all__ = ["convert", "netlist_cell_types", "SUPPORTED_CELLS", "UnsupportedCellError"]
+__all__ = ["convert", "netlist_cell_types", "to_vhdl", "SUPPORTED_CELLS", "UnsupportedCellError"]
 
 
 def convert(elaboratable, *, name="top", ports=None):
@@ -49,3 +49,8 @@ def netlist_cell_types(elaboratable, *, name="top", ports=None):
     """The set of Yosys cell types in the netlist :func:`convert` translates."""
     netlist = from_elaboratable(elaboratable, name=name, ports=ports)
     return {cell.type for cell in netlist.cells}
+
+
+def to_vhdl(top, name: str = "neural_network_accelerator") -> str:
+    """The accelerator's top level as VHDL-2008 (the entity name matches the Verilog's)."""
+    return convert(top, name=name)

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pytorch_ref.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                                          QuantizedModel)
 
-from .config import AcceleratorConfig
+from hdl.config import AcceleratorConfig
 
 ACT_MIN = -128
 

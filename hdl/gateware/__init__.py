@@ -1,0 +1,1 @@
+"""Amaranth components of the accelerator, one concept per file; :mod:`.top` connects them."""

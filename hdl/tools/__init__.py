@@ -1,0 +1,1 @@
+"""Tools around the generated design: FPGA resource and clock estimates."""
