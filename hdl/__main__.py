@@ -1,39 +1,81 @@
-"""``python -m hdl verilog|vhdl``: write the accelerator for a shipped model as Verilog or VHDL.
+"""``python -m hdl verilog|vhdl``: write the accelerator for a model as Verilog or VHDL.
 
-The command-line layer on top of :func:`hdl.build.build_top`: it takes the model
-trained (or loaded from the cache) and quantized by :mod:`pytorch_ref.zoo.train`. From
-Python, ``build_top(quantized_model, AcceleratorConfig(...))`` takes any model.
+The command-line layer on top of :func:`hdl.build.build_top`. The model is either a
+shipped one (``--model NAME``: trained, or loaded from the cache, and quantized by
+:mod:`pytorch_ref.zoo.train`, which needs torch) or a quantized model saved to a file
+(``--model-file PATH``, see :mod:`pytorch_ref.ir.serialize`), which needs only NumPy and
+Amaranth: torch is not imported. ``python -m hdl save-model --model NAME -o FILE.npz``
+writes such a file for a shipped model; from Python, ``save_model(quantized_model, path)``
+does it for any model, and ``build_top(quantized_model, AcceleratorConfig(...))`` takes
+any model directly.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from pytorch_ref.zoo import models
-from pytorch_ref.zoo.train import quantize_trained
-
-from hdl.config import AcceleratorConfig
 from hdl.build import build_top
+from hdl.config import AcceleratorConfig
 from hdl.writers import to_verilog, to_vhdl, write_atomically
+from pytorch_ref.ir.serialize import load_model, save_model
+
+DEFAULT_MODEL = "lenet"
+_MODEL_HELP = f"a shipped model of pytorch_ref.zoo.models, e.g. lenet or mlp (default {DEFAULT_MODEL}); needs torch"
+
+
+def shipped_model(parser: argparse.ArgumentParser, name: str):
+    """The quantized shipped model ``name`` (imports torch; trains on a cache miss)."""
+    from pytorch_ref.zoo import models
+    if name not in models.BUILDERS:
+        parser.error(f"argument --model: invalid choice: {name!r} (choose from {', '.join(sorted(models.BUILDERS))})")
+    from pytorch_ref.zoo.train import quantize_trained
+    return quantize_trained(name).quantized
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser and, by command name, its subcommands' parsers (for their error messages)."""
+    parser = argparse.ArgumentParser(prog="python -m hdl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{verilog,vhdl,save-model}")
+    for language, title in (("verilog", "Verilog"), ("vhdl", "VHDL")):
+        writer = commands.add_parser(language, help=f"write the accelerator as {title}")
+        source = writer.add_mutually_exclusive_group()
+        source.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME", help=_MODEL_HELP)
+        source.add_argument("--model-file", metavar="PATH",
+                            help="a quantized model written by save-model or pytorch_ref.ir.serialize.save_model")
+        writer.add_argument("--rows", type=int, default=8)
+        writer.add_argument("--cols", type=int, default=8)
+        writer.add_argument("-o", "--output", required=True)
+    saver = commands.add_parser("save-model", help="save a shipped model, quantized, for --model-file")
+    saver.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME", help=_MODEL_HELP)
+    saver.add_argument("-o", "--output", required=True, help="the .npz file to write")
+    return parser, commands.choices
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hdl", description=__doc__)
-    parser.add_argument("language", choices=("verilog", "vhdl"))
-    parser.add_argument("--model", default="lenet", choices=sorted(models.BUILDERS))
-    parser.add_argument("--rows", type=int, default=8)
-    parser.add_argument("--cols", type=int, default=8)
-    parser.add_argument("-o", "--output", required=True)
+    parser, commands = _parser()
     args = parser.parse_args(argv)
+    command = commands[args.command]
+    if args.command == "save-model":
+        model = shipped_model(command, args.model)
+        save_model(model, args.output)
+        print(f"wrote {args.output}: {model.name}, {len(model.layers)} layers")
+        return 0
     try:
         config = AcceleratorConfig(rows=args.rows, cols=args.cols)
     except (TypeError, ValueError) as error:
-        parser.error(str(error))
-    model = quantize_trained(args.model).quantized
+        command.error(str(error))
+    if args.model_file is not None:
+        try:
+            model = load_model(args.model_file)
+        except (OSError, ValueError) as error:
+            command.error(str(error))
+    else:
+        model = shipped_model(command, args.model)
     top = build_top(model, config)
-    text = to_verilog(top) if args.language == "verilog" else to_vhdl(top)
+    text = to_verilog(top) if args.command == "verilog" else to_vhdl(top)
     write_atomically(args.output, text)
-    print(f"wrote {args.output}: {args.model} on a {args.rows}x{args.cols} array, "
+    print(f"wrote {args.output}: {model.name} on a {args.rows}x{args.cols} array, "
           f"{len(text.encode()) / 1e6:.2f} MB")
     return 0
 

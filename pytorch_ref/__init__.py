@@ -1,4 +1,4 @@
 """PyTorch side: model definitions, training, quantization and the integer reference.
 
-Knows nothing of hardware. The integer semantics live in :mod:`.integer_semantics`.
+Knows nothing of hardware. The integer semantics live in :mod:`.ir.integer_semantics`.
 """

@@ -1,4 +1,5 @@
 """Hand-checked vectors for pytorch_ref.ir.integer_semantics (rounding, saturation, multipliers)."""
+import numpy as np
 import pytest
 import torch
 
@@ -94,3 +95,27 @@ def test_quantize_activation_rounds_half_to_even_and_saturates():
 def test_accumulator_bits_needed():
     assert sem.accumulator_bits_needed(1) == 17      # 2 * 255 * 127 = 64770 < 2**16: 16 bits + sign
     assert sem.accumulator_bits_needed(800) <= sem.ACCUMULATOR_BITS
+
+
+def test_numpy_and_torch_agree():
+    """One formula, two array libraries: NumPy in, NumPy out; torch in, torch out; same bits."""
+    rng = np.random.default_rng(0)
+    acc = rng.integers(sem.ACCUMULATOR_MIN, sem.ACCUMULATOR_MAX, (16, 6), endpoint=True)
+    multiplier = rng.integers(sem.MULTIPLIER_MIN, sem.MULTIPLIER_MAX, 6, endpoint=True)
+    shift = rng.integers(sem.SHIFT_MIN, sem.SHIFT_MAX, 6, endpoint=True)
+    x = (rng.standard_normal(64) * 50).astype(np.float32)
+    x[:4] = [0.5, 1.5, -2.5, 2.5]
+    cases = [
+        (sem.rounding_shift_right_half_up, (acc, shift), np.int64, torch.int64),
+        (sem.requantize_half_up, (acc, multiplier, shift, -7, -7, 127), np.int8, torch.int8),
+        (sem.quantize_activation, (x, 0.3, 5), np.int8, torch.int8),
+        (sem.dequantize_activation, (x.astype(np.int8), 0.3, 5), np.float32, torch.float32),
+    ]
+    for function, args, np_dtype, torch_dtype in cases:
+        expected = function(*args)
+        got = function(*(torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args))
+        assert isinstance(expected, np.ndarray) and expected.dtype == np_dtype
+        assert isinstance(got, torch.Tensor) and got.dtype == torch_dtype
+        assert np.array_equal(got.numpy(), expected), function.__name__
+    with pytest.raises(OverflowError):
+        sem.requantize_half_up(np.array([2 ** 31]), np.array([2 ** 30]), np.array([31]), 0, -128, 127)

@@ -33,12 +33,22 @@ The product ``acc * multiplier`` is exact (64-bit) and is rounded **once**, to
 nearest with ties towards plus infinity ("round half up"): add ``2**(shift-1)``, then
 shift right arithmetically. This is one adder and a shifter in hardware, and it differs
 from PyTorch's float round-half-to-even only on exact ties.
+
+Arrays
+------
+The functions take NumPy arrays or torch tensors and return the same kind (a torch
+result on the argument's device). Each formula is written once with the operations
+both libraries share (operators, ``.any()``, ``.clip()``, ``.round()``); only the
+conversion to a dtype (:func:`_convert`) differs. This module does not import torch:
+the hardware path (:mod:`hdl`) runs without it, and an argument can only be a torch
+tensor if torch is already imported.
 """
 from __future__ import annotations
 
 import math
+import sys
 
-import torch
+import numpy as np
 
 ACTIVATION_MIN = -128
 ACTIVATION_MAX = 127
@@ -81,44 +91,70 @@ def quantize_multiplier(real_scale: float) -> tuple[int, int]:
     return multiplier, shift
 
 
-def rounding_shift_right_half_up(value: torch.Tensor, shift: torch.Tensor | int) -> torch.Tensor:
-    """``round(value / 2**shift)`` with ties towards plus infinity, on int64 tensors.
+def _torch_of(x):
+    """The torch module if ``x`` is a torch tensor, else None; never imports torch."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(x, torch.Tensor) else None
 
-    ``shift`` must be at least 1. Examples: ``5 >> 1`` gives 3 (2.5 -> 3),
-    ``-5 >> 1`` gives -2 (-2.5 -> -2), ``-7 >> 1`` gives -3 (-3.5 -> -3).
+
+def _convert(x, dtype: str, like=None):
+    """``x`` as a ``dtype`` (``"int8"``, ``"int64"``, ``"float32"``) array of the library of
+    ``like`` (default ``x`` itself): a torch tensor on ``like``'s device, else NumPy.
+    Floats convert to integers by truncation in both."""
+    like = x if like is None else like
+    torch = _torch_of(like)
+    if torch is not None:
+        return torch.as_tensor(x, device=like.device).to(getattr(torch, dtype))
+    return np.asarray(x).astype(dtype, copy=False)
+
+
+def _as_array(x):
+    """``x`` unchanged if it is a torch tensor, else as a NumPy array."""
+    return x if _torch_of(x) is not None else np.asarray(x)
+
+
+def rounding_shift_right_half_up(value, shift):
+    """``round(value / 2**shift)`` with ties towards plus infinity, as int64.
+
+    ``value`` is a NumPy array or a torch tensor (the result is of the same kind);
+    ``shift`` an int or an array broadcasting against it, at least 1. Examples:
+    ``5 >> 1`` gives 3 (2.5 -> 3), ``-5 >> 1`` gives -2 (-2.5 -> -2), ``-7 >> 1``
+    gives -3 (-3.5 -> -3).
     """
-    value = value.to(torch.int64)
-    shift = torch.as_tensor(shift, dtype=torch.int64, device=value.device)
+    value = _convert(value, "int64")
+    shift = _convert(shift, "int64", like=value)
     if bool((shift < SHIFT_MIN).any()) or bool((shift > SHIFT_MAX).any()):
         raise ValueError(f"shift must be in [{SHIFT_MIN}, {SHIFT_MAX}]")
-    rounding = torch.bitwise_left_shift(torch.ones_like(shift), shift - 1)
-    return torch.bitwise_right_shift(value + rounding, shift)
+    rounding = 1 << (shift - 1)
+    return (value + rounding) >> shift
 
 
-def requantize_half_up(acc: torch.Tensor, multiplier: torch.Tensor, shift: torch.Tensor,
-                       zero_point: int, clamp_min: int, clamp_max: int) -> torch.Tensor:
+def requantize_half_up(acc, multiplier, shift, zero_point: int, clamp_min: int, clamp_max: int):
     """Rescale int32 accumulators to int8 codes (see the module docstring).
 
-    ``acc`` has the output channel in its last dimension ... or dimension 1 for
-    convolutions: ``multiplier`` and ``shift`` must broadcast against ``acc``.
+    ``acc`` (a NumPy array or a torch tensor; the result is int8 of the same kind) has
+    the output channel in its last dimension ... or dimension 1 for convolutions:
+    ``multiplier`` and ``shift`` must broadcast against ``acc``.
     The product is exact: ``|acc| < 2**31`` and ``multiplier < 2**31`` fit int64.
     """
-    acc = acc.to(torch.int64)
+    acc = _convert(acc, "int64")
     if bool((acc < ACCUMULATOR_MIN).any()) or bool((acc > ACCUMULATOR_MAX).any()):
         raise OverflowError(f"accumulator exceeds {ACCUMULATOR_BITS} bits")
-    product = acc * multiplier.to(torch.int64)
+    product = acc * _convert(multiplier, "int64", like=acc)
     scaled = rounding_shift_right_half_up(product, shift) + zero_point
-    return scaled.clamp(clamp_min, clamp_max).to(torch.int8)
+    return _convert(scaled.clip(clamp_min, clamp_max), "int8")
 
 
-def quantize_activation(x: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
-    """Float to int8 activation codes: round half to even (``torch.round``), then clamp."""
-    q = torch.round(x / scale) + zero_point
-    return q.clamp(ACTIVATION_MIN, ACTIVATION_MAX).to(torch.int8)
+def quantize_activation(x, scale: float, zero_point: int):
+    """Float to int8 activation codes: round half to even (as ``torch.round`` and
+    ``numpy.round``), then clamp. ``x`` is a NumPy array or a torch tensor."""
+    q = (_as_array(x) / scale).round() + zero_point
+    return _convert(q.clip(ACTIVATION_MIN, ACTIVATION_MAX), "int8")
 
 
-def dequantize_activation(q: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
-    return (q.to(torch.float32) - zero_point) * scale
+def dequantize_activation(q, scale: float, zero_point: int):
+    """int8 codes to float32 reals; ``q`` is a NumPy array or a torch tensor."""
+    return (_convert(q, "float32") - zero_point) * scale
 
 
 def relu_clamp_min(zero_point: int, relu: bool) -> int:
