@@ -9,6 +9,10 @@ writer. This package is one:
 3. each cell becomes a concurrent assignment or a process (:mod:`.comb`, :mod:`.regs`,
    :mod:`.memory`) in one flat entity (:mod:`.emit`) using only ``ieee.numeric_std``.
 
+Each cell's lines follow a comment with its type, name and Amaranth source location; the
+paths there are relative to the project or to the installed package
+(:func:`hdl.writers.srcloc.portable_src`), so the text depends only on the design.
+
 Why a netlist rather than Amaranth's own IR: Yosys's cell library is small, documented and
 the exact input of Amaranth's Verilog writer, so the VHDL can be tested cell by cell against
 that Verilog in simulation. Why no optimisation passes: the cells stay those the Verilog is

@@ -5,6 +5,7 @@ one covers exactly those bits) so that every net bit has a driver; the second wr
 statement or process per cell and one assignment per output port.
 """
 
+from hdl.writers.srcloc import portable_src
 from hdl.writers.vhdl.comb import COMB_CELLS
 from hdl.writers.vhdl.errors import UnsupportedCellError
 from hdl.writers.vhdl.helpers import HELPERS
@@ -136,7 +137,10 @@ def emit_vhdl(netlist, name):
             ctx.declare_output(cell, key, namer.fresh(hint), bits, init)
 
     for cell in netlist.cells:
-        where = f"  -- {cell.type} {cell.name}" + (f" ({cell.src})" if cell.src else "")
+        # The cell's source location, with paths that do not depend on the checkout's or
+        # the Python installation's directory (see hdl.writers.srcloc).
+        src = portable_src(cell.src) if cell.src else ""
+        where = f"  -- {cell.type} {cell.name}" + (f" ({src})" if src else "")
         ctx.statement([where.replace("\n", " ")])
         if cell.type == "$mem_v2":
             emit_memory(cell, ctx)
