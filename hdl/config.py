@@ -31,8 +31,8 @@ class AcceleratorConfig:
     data_bits:
         Width of activations and weights (signed). Only 8 is supported.
     accumulator_bits:
-        Width of the accumulators. At least ``2 * data_bits + ceil(log2(K))`` for the
-        largest fan-in ``K``; the compiler checks each model against it.
+        Width of the accumulators. Lowering proves, layer by layer, that no int8 input
+        can overflow it (:func:`pytorch_ref.ir.integer_semantics.accumulator_range`).
     accumulator_depth:
         Output pixels one pass over the reduction dimension can hold (the depth of the
         accumulator memory). Larger means fewer weight reloads on convolutions.
@@ -61,9 +61,10 @@ class AcceleratorConfig:
         if self.input_bus_bits % self.data_bits:
             raise ValueError(f"input bus bits must be a multiple of {self.data_bits}, "
                              f"not {self.input_bus_bits!r}")
-        if self.bank_width > 512:
-            raise ValueError(f"the activation word (lcm of rows and cols = {self.bank_width} values) "
-                             f"must be at most 512 values; pick rows and cols with a smaller lcm")
+        if self.bank_width > self.input_values_per_beat:
+            raise ValueError(f"the activation word (lcm of rows and cols = {self.bank_width} values) must fit "
+                             f"one input beat ({self.input_values_per_beat} values of {self.data_bits} bits); "
+                             f"pick rows and cols with a smaller lcm, or a wider input bus")
 
     # Derived sizes -------------------------------------------------------------------------
     @property
@@ -83,13 +84,3 @@ class AcceleratorConfig:
     @property
     def input_values_per_beat(self) -> int:
         return self.input_bus_bits // self.data_bits
-
-    def accumulator_bits_for(self, fan_in: int) -> int:
-        """Accumulator width that a reduction of ``fan_in`` products needs."""
-        return self.product_bits + max(1, math.ceil(math.log2(max(fan_in, 2)))) + 1
-
-    def check_fan_in(self, fan_in: int, layer: str):
-        need = self.accumulator_bits_for(fan_in)
-        if need > self.accumulator_bits:
-            raise ValueError(f"{layer}: fan-in {fan_in} needs {need} accumulator bits, "
-                             f"the configuration has {self.accumulator_bits}")

@@ -125,9 +125,3 @@ def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarr
     with open(results_file) as f:
         out = json.load(f)
     return SimulationReport(simulator, out["results"], out["sim_cycles"], out["wall_seconds"], build_seconds)
-
-
-def random_inputs(program: Program, count: int, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    shape = (program.input.channels, program.input.height, program.input.width)
-    return [rng.integers(-128, 128, size=shape, dtype=np.int8) for _ in range(count)]

@@ -18,7 +18,11 @@ from hdl.config import AcceleratorConfig
     ({"accumulator_depth": 0}, ValueError, r"^accumulator depth must be a positive integer, not 0$"),
     ({"input_bus_bits": 1020}, ValueError, r"^input bus bits must be a multiple of 8, not 1020$"),
     ({"rows": 63, "cols": 64}, ValueError, r"^the activation word \(lcm of rows and cols = 4032 values\) "
-                                           r"must be at most 512 values; pick rows and cols with a smaller lcm$"),
+                                           r"must fit one input beat \(128 values of 8 bits\); pick rows and "
+                                           r"cols with a smaller lcm, or a wider input bus$"),
+    ({"rows": 3, "cols": 64}, ValueError, r"^the activation word \(lcm of rows and cols = 192 values\) must fit"),
+    ({"rows": 8, "cols": 8, "input_bus_bits": 32}, ValueError,
+     r"^the activation word \(lcm of rows and cols = 8 values\) must fit one input beat \(4 values of 8 bits\)"),
 ])
 def test_bad_configuration_is_rejected(kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -30,13 +34,11 @@ def test_derived_sizes():
     assert cfg.pes == 24
     assert cfg.bank_width == 12
     assert cfg.input_values_per_beat == 128
-    assert cfg.accumulator_bits_for(1000) == 16 + 10 + 1
 
 
-def test_fan_in_that_overflows_the_accumulator_is_rejected():
-    cfg = AcceleratorConfig(accumulator_bits=20)
-    with pytest.raises(ValueError, match=r"^fc: fan-in 1000 needs 27 accumulator bits, the configuration has 20$"):
-        cfg.check_fan_in(1000, "fc")
+def test_wide_words_fit_a_wide_bus():
+    assert AcceleratorConfig(rows=3, cols=64, input_bus_bits=2048).bank_width == 192
+    assert AcceleratorConfig(rows=8, cols=8, input_bus_bits=64).input_values_per_beat == 8
 
 
 def test_configuration_is_frozen():

@@ -1,4 +1,6 @@
 """Hand-checked vectors for pytorch_ref.ir.integer_semantics (rounding, saturation, multipliers)."""
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -92,9 +94,27 @@ def test_quantize_activation_rounds_half_to_even_and_saturates():
     assert sem.quantize_activation(x, 1.0, -3).tolist() == [-3, -1, -1, -3, -5, 127, -128]
 
 
-def test_accumulator_bits_needed():
-    assert sem.accumulator_bits_needed(1) == 17      # 2 * 255 * 127 = 64770 < 2**16: 16 bits + sign
-    assert sem.accumulator_bits_needed(800) <= sem.ACCUMULATOR_BITS
+def test_signed_bits():
+    assert [sem.signed_bits(lo, hi) for lo, hi in [(0, 0), (-1, 0), (-128, 127), (-129, 0), (0, 128),
+                                                   (-2 ** 31, 2 ** 31 - 1), (0, 2 ** 31)]] == [1, 1, 8, 9, 9, 32, 33]
+
+
+def test_accumulator_range_is_tight_and_covers_partial_sums():
+    weight = np.array([[127, -127, 3], [0, 0, 0]])
+    bias = np.array([-1000, 50])
+    # Channel 0 reaches 127*127 + 127*128 + 3*127 - 1000 with x = (127, -128, 127); partial
+    # sums without the bias reach 127*127 + 127*128 + 3*127; the least is -(128*127 + 127*127 + 3*128) - 1000.
+    assert sem.accumulator_range(weight, bias, -128, 127) == (-(128 * 127 + 127 * 127 + 3 * 128) - 1000,
+                                                              127 * 127 + 127 * 128 + 3 * 127)
+    # Exhaustive check on a small layer: every input's sum and partial sums lie inside.
+    rng = np.random.default_rng(0)
+    w, b = rng.integers(-127, 128, (2, 3)), rng.integers(-5000, 5000, 2)
+    lo, hi = sem.accumulator_range(w, b, -2, 3)
+    values = [v for x in itertools.product(range(-2, 4), repeat=3) for n in range(2)
+              for v in (b[n] + np.cumsum(w[n] * x), np.cumsum(w[n] * x))]
+    assert lo == min(v.min() for v in values) and hi == max(v.max() for v in values)
+    with pytest.raises(ValueError, match=r"must contain 0"):
+        sem.accumulator_range(w, b, 1, 3)
 
 
 def test_numpy_and_torch_agree():

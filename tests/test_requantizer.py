@@ -36,7 +36,7 @@ def test_requantizer_matches_semantics():
                         int(rng.integers(20, 40)), zp, max(-128, zp), 127))
     expected = [int(sem.requantize_half_up(torch.tensor([a]), torch.tensor([m]), torch.tensor([s]), z, lo, hi)[0])
                 for a, m, s, z, lo, hi in vectors]
-    dut = Requantizer(lanes, 32, data.StructLayout({"id": 8}))
+    dut = Requantizer(lanes, 32, 8, data.StructLayout({"id": 8}))
 
     async def bench(ctx):
         got = []

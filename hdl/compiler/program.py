@@ -36,8 +36,8 @@ from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLaye
                                          QuantizedModel)
 
 from hdl.config import AcceleratorConfig
+from pytorch_ref.ir import integer_semantics as sem
 
-ACT_MIN = -128
 
 
 @dataclass(frozen=True)
@@ -167,9 +167,6 @@ class _Lowering:
 
     def run(self) -> Program:
         cfg, model = self.config, self.model
-        if cfg.bank_width > cfg.input_values_per_beat:
-            raise ValueError(f"the activation word ({cfg.bank_width} values) must fit one input beat "
-                             f"({cfg.input_values_per_beat} values)")
         shapes = model.shapes
         # Ping-pong: tensors alternate between the bottom and the top of the memory.
         placements = [self.placement(s, 0) for s in shapes]
@@ -212,7 +209,6 @@ class _Lowering:
     def gemm(self, layer, source: TensorPlacement, dest: TensorPlacement, after_flatten: bool) -> GemmOp:
         cfg = self.config
         rows, cols = cfg.rows, cfg.cols
-        cfg.check_fan_in(layer.fan_in, layer.name)
         if isinstance(layer, DenseLayer):
             if after_flatten:
                 # Flatten ordered features as (C, H, W): view the weights as a full-image kernel.
@@ -240,8 +236,7 @@ class _Lowering:
         zp_in = layer.input_quant.zero_point
         rq = layer.requant
         bias_eff = layer.bias.astype(np.int64) - zp_in * kernel.reshape(n_out, -1).sum(axis=1)
-        if (np.abs(bias_eff) >= 2 ** (cfg.accumulator_bits - 1)).any():
-            raise ValueError(f"{layer.name}: bias with the zero point folded in exceeds the accumulator")
+        self.check_accumulator(layer.name, kernel, bias_eff)
         for nt in range(nt_count):
             lanes = range(nt * cols, (nt + 1) * cols)
             self.params.append((
@@ -253,6 +248,17 @@ class _Lowering:
         macs = pixels * layer.out_features * layer.fan_in
         return GemmOp(layer.name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
                       min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs)
+
+    def check_accumulator(self, name: str, kernel: np.ndarray, bias: np.ndarray):
+        """Prove that no int8 input overflows the accumulators. The hardware adds raw codes
+        times weights to the bias with the input zero point folded in, in the array and in
+        the accumulator memory; :func:`sem.accumulator_range` bounds every such sum."""
+        low, high = sem.accumulator_range(kernel, bias, sem.ACTIVATION_MIN, sem.ACTIVATION_MAX)
+        need, have = sem.signed_bits(low, high), self.config.accumulator_bits
+        if need > have:
+            raise ValueError(f"{name}: its sums reach [{low}, {high}] for some int8 input (weights, bias and "
+                             f"input zero point of this layer), which needs {need} accumulator bits; "
+                             f"the configuration has {have}")
 
     @staticmethod
     def expand_groups(layer: Conv2dLayer) -> np.ndarray:

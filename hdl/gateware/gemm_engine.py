@@ -7,20 +7,23 @@ Data path of one step issued at cycle ``t`` (all latencies derived from the conf
     t+2      vector enters the systolic array; weights follow in diagonal skew
     t+A      A = 2 + array latency: the ``cols`` partial sums leave the array together
              first step of a tile pass: + bias; else + accumulator; not last: write back
-    t+A+1..  requantizer (3 stages), then the write to the activation memory
+    t+A+1    registered sums enter the requantizer
+    t+A+6    the requantizer's result (``Requantizer.LATENCY`` = 5) is written to the
+             activation memory
 
 The accumulator memory's read port is transparent to its write port, so the same
 address can be accumulated on consecutive cycles (batch-1 dense layers do).
 """
-from amaranth import Module, Signal, signed, unsigned
+from amaranth import Cat, Module, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.config import AcceleratorConfig
 from hdl.gateware.pipeline import delayed
 from hdl.compiler.program import Program
-from hdl.gateware.requantizer import MULTIPLIER_BITS, SHIFT_BITS, Requantizer, requant_params_layout
-from hdl.gateware.step_generator import step_layout
+from hdl.gateware.requantizer import Requantizer, requant_params_layout
+from hdl.gateware.activation_memory import read_port, write_port
+from hdl.gateware.step_generator import step_layout, step_stream
 from hdl.gateware.systolic_array import SystolicArray
 from hdl.gateware.weight_memory import WeightMemory
 from hdl.compiler.widths import Widths, bits_for
@@ -33,13 +36,32 @@ def _pack(values, bits: int) -> int:
     return word
 
 
+def _bias_rom(prog: Program) -> memory.Memory:
+    """The biases (zero point folded in) of each parameter word, ``cols`` lanes a word."""
+    bits = prog.config.accumulator_bits
+    return memory.Memory(shape=unsigned(bits * prog.config.cols), depth=len(prog.bias),
+                         init=[_pack(b, bits) for b in prog.bias])
+
+
+def _requant_rom(prog: Program) -> memory.Memory:
+    """The requantization parameters of each parameter word."""
+    layout = requant_params_layout(prog.config.cols, prog.config.data_bits)
+    words = [layout.const({"multiplier": [int(v) for v in prog.multiplier[n]],
+                           "shift": [int(v) for v in prog.shift[n]],
+                           "zero_point": int(prog.zero_point[n]),
+                           "clamp_min": int(prog.clamp_min[n]),
+                           "clamp_max": int(prog.clamp_max[n])}).as_value().value
+             for n in range(len(prog.bias))]
+    return memory.Memory(shape=unsigned(layout.size), depth=len(prog.bias), init=words)
+
+
 class GemmEngine(wiring.Component):
     """Members
     -------
-    step: In, from the step generator.
+    steps: In stream, from the step generator.
     zero_point: In, the op's input zero point (read by padding taps).
-    act_raddr: Out, activation memory read address; act_rdata: In, its data one cycle later.
-    wr_en, wr_addr, wr_data, wr_lanes: Out, a write of ``cols`` lanes into one word.
+    read: the activation memory's read port (data one cycle after the address).
+    write: writes of ``cols`` lanes into one word.
     """
 
     def __init__(self, program: Program, widths: Widths):
@@ -48,14 +70,10 @@ class GemmEngine(wiring.Component):
         self._in_groups = cfg.bank_width // cfg.rows
         self._out_groups = cfg.bank_width // cfg.cols
         super().__init__({
-            "step": In(step_layout(widths, self._in_groups, self._out_groups)),
-            "zero_point": In(signed(8)),
-            "act_raddr": Out(unsigned(widths.act_addr)),
-            "act_rdata": In(data.ArrayLayout(signed(8), cfg.bank_width)),
-            "wr_en": Out(1),
-            "wr_addr": Out(unsigned(widths.act_addr)),
-            "wr_data": Out(data.ArrayLayout(signed(8), cfg.bank_width)),
-            "wr_lanes": Out(cfg.bank_width),
+            "steps": In(step_stream(widths, self._in_groups, self._out_groups)),
+            "zero_point": In(signed(cfg.data_bits)),
+            "read": Out(read_port(widths.act_addr, cfg.bank_width, cfg.data_bits)),
+            "write": Out(write_port(widths.act_addr, cfg.bank_width, cfg.data_bits)),
         })
 
     #: Cycles from a step to its vector entering the array (memory read, lane select).
@@ -74,18 +92,21 @@ class GemmEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, prog, w = self._cfg, self._program, self._w
-        rows, cols = cfg.rows, cfg.cols
-        step = self.step
+        rows, cols, bits = cfg.rows, cfg.cols, cfg.data_bits
+        # The step with its valid bit, carried down the pipeline as one value.
+        layout = step_layout(w, self._in_groups, self._out_groups)
+        step = Signal(data.StructLayout({"valid": 1, **layout.members}))
+        m.d.comb += step.eq(Cat(self.steps.valid, self.steps.payload))
 
         # Activation read and lane selection.
-        m.d.comb += self.act_raddr.eq(step.act_addr)
+        m.d.comb += self.read.addr.eq(step.act_addr)
         step1 = delayed(m, step, 1, "step")
-        x_vec = Signal(data.ArrayLayout(signed(8), rows))
+        x_vec = Signal(data.ArrayLayout(signed(bits), rows))
         with m.Switch(step1.act_group):
             for g in range(self._in_groups):
                 with m.Case(g):
                     for r in range(rows):
-                        m.d.comb += x_vec[r].eq(self.act_rdata[g * rows + r])
+                        m.d.comb += x_vec[r].eq(self.read.data[g * rows + r])
         x_reg = Signal.like(x_vec)
         with m.If(step1.pad):
             m.d.sync += [x_reg[r].eq(self.zero_point) for r in range(rows)]
@@ -97,7 +118,7 @@ class GemmEngine(wiring.Component):
         m.submodules.weights = weights = WeightMemory(prog.weight_tiles, w.weight_addr)
         m.d.comb += weights.addr.eq(delayed(m, step.w_addr, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_addr"))
 
-        m.submodules.array = array = SystolicArray(rows, cols, 8, cfg.accumulator_bits)
+        m.submodules.array = array = SystolicArray(rows, cols, bits, cfg.accumulator_bits)
         m.d.comb += [array.x.eq(x_reg), array.weights.eq(weights.weights)]
 
         # Accumulate at the array's output.
@@ -108,9 +129,7 @@ class GemmEngine(wiring.Component):
         m.submodules.accumulators = acc_mem
         acc_wr = acc_mem.write_port()
         acc_rd = acc_mem.read_port(transparent_for=(acc_wr,))
-        bias_rom = memory.Memory(shape=unsigned(cfg.accumulator_bits * cols), depth=len(prog.bias),
-                                 init=[_pack(b, cfg.accumulator_bits) for b in prog.bias])
-        m.submodules.bias = bias_rom
+        m.submodules.bias = bias_rom = _bias_rom(prog)
         bias_rd = bias_rom.read_port()
         m.d.comb += [acc_rd.addr.eq(ctrl_early.acc_addr), bias_rd.addr.eq(ctrl_early.p_addr)]
 
@@ -128,22 +147,13 @@ class GemmEngine(wiring.Component):
         ]
 
         # Requantize finished sums.
-        requant_words = []
-        for n in range(len(prog.bias)):
-            words = {"multiplier": [int(v) for v in prog.multiplier[n]],
-                     "shift": [int(v) for v in prog.shift[n]],
-                     "zero_point": int(prog.zero_point[n]),
-                     "clamp_min": int(prog.clamp_min[n]), "clamp_max": int(prog.clamp_max[n])}
-            requant_words.append(requant_params_layout(cols).const(words).as_value().value)
-        requant_rom = memory.Memory(shape=unsigned(requant_params_layout(cols).size),
-                                    depth=len(prog.bias), init=requant_words)
-        m.submodules.requant_params = requant_rom
+        m.submodules.requant_params = requant_rom = _requant_rom(prog)
         requant_rd = requant_rom.read_port()
         m.d.comb += requant_rd.addr.eq(ctrl.p_addr)
 
         tag_layout = data.StructLayout({"addr": unsigned(w.act_addr),
                                         "group": unsigned(bits_for(self._out_groups - 1))})
-        m.submodules.requantizer = rq = Requantizer(cols, cfg.accumulator_bits, tag_layout)
+        m.submodules.requantizer = rq = Requantizer(cols, cfg.accumulator_bits, bits, tag_layout)
         acc_out = Signal.like(total)
         tag = Signal(tag_layout)
         valid = Signal()
@@ -153,11 +163,11 @@ class GemmEngine(wiring.Component):
                      rq.i_params.eq(requant_rd.data)]
 
         # Write the output lanes into their group of the destination word.
-        m.d.comb += [self.wr_en.eq(rq.o_valid), self.wr_addr.eq(rq.o_tag.addr)]
+        m.d.comb += [self.write.valid.eq(rq.o_valid), self.write.payload.addr.eq(rq.o_tag.addr)]
         with m.Switch(rq.o_tag.group):
             for g in range(self._out_groups):
                 with m.Case(g):
                     for c in range(cols):
-                        m.d.comb += [self.wr_data[g * cols + c].eq(rq.o_data[c]),
-                                     self.wr_lanes[g * cols + c].eq(1)]
+                        m.d.comb += [self.write.payload.data[g * cols + c].eq(rq.o_data[c]),
+                                     self.write.payload.lanes[g * cols + c].eq(1)]
         return m

@@ -1,17 +1,20 @@
-"""Per-phase cycle and busy counters, readable one slot at a time through a select port."""
+"""Cycle and busy counters of an inference, in total and per phase."""
 from amaranth import Module, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 
 class PerfCounters(wiring.Component):
-    """``slots`` pairs of counters: cycles spent in a slot and busy cycles within them.
+    """Counts an inference from ``start`` to ``stop`` (both cycles included), in total and
+    in ``slots`` phases: cycles spent in a phase and busy cycles (array steps) within them.
 
     Members
     -------
-    clear: In, restart every counter from this cycle (which is counted if enabled).
-    enable: In, count this cycle in slot ``slot``; busy: In, also count it as busy.
-    select: In, the slot shown on ``cycles`` / ``busy_cycles`` (combinational read).
+    start: In, the inference's first cycle: restart every counter, counting this cycle.
+    stop: In, its last cycle (counted): latch the totals into ``last_*`` and stop.
+    busy: In, count this cycle as busy; slot: In, the phase this cycle belongs to.
+    last_cycles, last_busy: Out, the totals of the last finished inference (registered).
+    select: In, the phase shown on ``cycles`` / ``busy_cycles`` (combinational read).
     """
 
     def __init__(self, slots: int, bits: int = 32):
@@ -19,18 +22,30 @@ class PerfCounters(wiring.Component):
             raise ValueError(f"slots must be a positive integer, not {slots!r}")
         self._slots, self._bits = slots, bits
         super().__init__({
-            "clear": In(1), "enable": In(1), "busy": In(1), "slot": In(range(max(2, slots))),
+            "start": In(1), "stop": In(1), "busy": In(1), "slot": In(range(max(2, slots))),
+            "last_cycles": Out(unsigned(bits)), "last_busy": Out(unsigned(bits)),
             "select": In(range(max(2, slots))),
             "cycles": Out(unsigned(bits)), "busy_cycles": Out(unsigned(bits)),
         })
 
     def elaborate(self, platform):
         m = Module()
+        counting = Signal()
+        enable = counting | self.start
+        total_cycles, total_busy = Signal(self._bits), Signal(self._bits)
+        with m.If(self.start):
+            m.d.sync += [counting.eq(1), total_cycles.eq(1), total_busy.eq(self.busy)]
+        with m.Elif(counting):
+            m.d.sync += [total_cycles.eq(total_cycles + 1), total_busy.eq(total_busy + self.busy)]
+        with m.If(self.stop):
+            m.d.sync += [counting.eq(0), self.last_cycles.eq(total_cycles + 1),
+                         self.last_busy.eq(total_busy + self.busy)]
+
         for index in range(self._slots):
             cycles = Signal(self._bits, name=f"cycles_{index}")
             busy = Signal(self._bits, name=f"busy_{index}")
-            counted = self.enable & (self.slot == index)
-            with m.If(self.clear):
+            counted = enable & (self.slot == index)
+            with m.If(self.start):
                 m.d.sync += [cycles.eq(counted), busy.eq(counted & self.busy)]
             with m.Elif(counted):
                 m.d.sync += cycles.eq(cycles + 1)

@@ -12,16 +12,18 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.gateware.pipeline import delay_line
+from pytorch_ref.ir import integer_semantics as sem
 
-SHIFT_BITS = 6          # shifts up to 62, see integer_semantics.SHIFT_MAX
-MULTIPLIER_BITS = 32    # signed; values in [2**30, 2**31)
+MULTIPLIER_BITS = sem.MULTIPLIER_BITS             # signed; values in [2**30, 2**31)
+SHIFT_BITS = sem.SHIFT_MAX.bit_length()           # unsigned; shifts up to SHIFT_MAX
 
 
-def requant_params_layout(lanes: int) -> data.StructLayout:
+def requant_params_layout(lanes: int, data_bits: int) -> data.StructLayout:
+    code = signed(data_bits)
     return data.StructLayout({
         "multiplier": data.ArrayLayout(signed(MULTIPLIER_BITS), lanes),
         "shift": data.ArrayLayout(unsigned(SHIFT_BITS), lanes),
-        "zero_point": signed(8), "clamp_min": signed(8), "clamp_max": signed(8),
+        "zero_point": code, "clamp_min": code, "clamp_max": code,
     })
 
 
@@ -40,15 +42,15 @@ class Requantizer(wiring.Component):
     """
     LATENCY = 5
 
-    def __init__(self, lanes: int, accumulator_bits: int, tag_layout):
+    def __init__(self, lanes: int, accumulator_bits: int, data_bits: int, tag_layout):
         self._lanes, self._acc_bits = lanes, accumulator_bits
         super().__init__({
             "i_valid": In(1),
             "i_acc": In(data.ArrayLayout(signed(accumulator_bits), lanes)),
-            "i_params": In(requant_params_layout(lanes)),
+            "i_params": In(requant_params_layout(lanes, data_bits)),
             "i_tag": In(tag_layout),
             "o_valid": Out(1),
-            "o_data": Out(data.ArrayLayout(signed(8), lanes)),
+            "o_data": Out(data.ArrayLayout(signed(data_bits), lanes)),
             "o_tag": Out(tag_layout),
         })
 

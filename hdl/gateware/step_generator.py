@@ -1,34 +1,51 @@
 """The address generator of GEMM ops: one step (activation vector x weight tile) a cycle.
 
-It walks the loop nest of :mod:`hdl.compiler.program` with counters only, then computes the
-addresses in a short feed-forward pipeline. There is no back-pressure: once started it
-issues one step every cycle until the op is done, which is what keeps the array busy.
-Convolution windows are read straight from the activation memory (no im2col copy);
-taps outside the input are flagged as padding and read as the input zero point.
+It walks the loop nest of :mod:`hdl.compiler.program` with counters only, innermost first::
+
+    for nt in n_tiles:                     # output-channel tile (weights: w_base + nt*k_tiles)
+      for block of pixels (<= block):      # accumulators hold one block
+        for (i, j, ct) in taps x channel tiles:   # kt, the reduction
+          for pixel in block:              # consecutive steps, one accumulator each
+
+then computes the addresses in a feed-forward pipeline (:class:`WindowAddress`). There is
+no back-pressure: once started it issues one step every cycle until the op is done, which
+is what keeps the array busy. Convolution windows are read straight from the activation
+memory (no im2col copy); taps outside the input are flagged as padding.
 """
-from amaranth import Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, wiring
+from types import SimpleNamespace
+
+from amaranth import Cat, Module, Signal, unsigned
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hdl.compiler.program import GemmOp
 from hdl.compiler.widths import Widths, bits_for
+from hdl.gateware.pipeline import delay_line, delayed
+from hdl.gateware.window import WindowAddress, window_layout, window_params
 
 
 def gemm_params_layout(w: Widths) -> data.StructLayout:
-    """Per-op constants that the sequencer hands the step generator."""
-    coord = unsigned(w.coord)
+    """Per-op constants of a GEMM op."""
+    coord, tile = unsigned(w.coord), unsigned(w.tile)
     return data.StructLayout({
-        "in_base": unsigned(w.act_addr), "in_h": coord, "in_w": coord, "in_cw": coord,
-        "kh": coord, "kw": coord, "sh": coord, "sw": coord, "ph": coord, "pw": coord,
-        "ct_count": unsigned(w.tile), "k_tiles": unsigned(w.tile), "nt_count": unsigned(w.tile),
-        "block": unsigned(w.tile), "pixels": unsigned(w.pixel), "in_pixels": unsigned(w.pixel),
-        "out_h": coord, "out_w": coord, "out_cw": coord, "out_base": unsigned(w.act_addr),
+        "window": window_layout(w),
+        "ct_count": tile, "k_tiles": tile, "nt_count": tile, "block": tile,
+        "pixels": unsigned(w.pixel), "out_cw": coord, "out_base": unsigned(w.act_addr),
         "w_base": unsigned(w.weight_addr), "p_base": unsigned(w.param_addr),
     })
 
 
+def gemm_params(op: GemmOp) -> dict:
+    """:func:`gemm_params_layout`'s values for ``op``."""
+    return {"window": window_params(op.source, op.dest, op.kernel, op.stride, op.padding),
+            "ct_count": op.channel_tiles, "k_tiles": op.k_tiles, "nt_count": op.n_tiles,
+            "block": op.block, "pixels": op.pixels, "out_cw": op.dest.words_per_pixel,
+            "out_base": op.dest.base, "w_base": op.weight_base, "p_base": op.param_base}
+
+
 def step_layout(w: Widths, in_groups: int, out_groups: int) -> data.StructLayout:
+    """One step: where its activations, weights, accumulators, parameters and results are."""
     return data.StructLayout({
-        "valid": 1,
         "act_addr": unsigned(w.act_addr), "act_group": unsigned(bits_for(in_groups - 1)), "pad": 1,
         "w_addr": unsigned(w.weight_addr),
         "first": 1, "last": 1,
@@ -36,6 +53,11 @@ def step_layout(w: Widths, in_groups: int, out_groups: int) -> data.StructLayout
         "p_addr": unsigned(w.param_addr),
         "out_addr": unsigned(w.act_addr), "out_group": unsigned(bits_for(out_groups - 1)),
     })
+
+
+def step_stream(w: Widths, in_groups: int, out_groups: int) -> stream.Signature:
+    """Steps flow without back-pressure: the array takes one every cycle."""
+    return stream.Signature(step_layout(w, in_groups, out_groups), always_ready=True)
 
 
 class StepGenerator(wiring.Component):
@@ -51,11 +73,9 @@ class StepGenerator(wiring.Component):
     -------
     params: In, the op's constants, held stable while ``busy``.
     start: In, a one-cycle pulse that starts the op (ignored while busy).
-    busy: Out, high from ``start`` until the last step has left ``step``.
-    step: Out, the step of this cycle (``step.valid`` marks real steps); registered.
+    busy: Out, high from ``start`` until the last step has left ``steps``.
+    steps: Out stream, registered.
     """
-
-    LATENCY = 4   # cycles from a counter state to its step at ``step``
 
     def __init__(self, widths: Widths, in_groups: int, out_groups: int):
         self._w, self._in_groups, self._out_groups = widths, in_groups, out_groups
@@ -63,144 +83,138 @@ class StepGenerator(wiring.Component):
             "params": In(gemm_params_layout(widths)),
             "start": In(1),
             "busy": Out(1),
-            "step": Out(step_layout(widths, in_groups, out_groups)),
+            "steps": Out(step_stream(widths, in_groups, out_groups)),
         })
 
-    def elaborate(self, platform):
-        m = Module()
-        w, p = self._w, self.params
-        coord_s = signed(w.coord + 1)
+    @staticmethod
+    def _word_and_group(m, group, word, groups: int, advance, reset):
+        """A channel-tile index split into (word of the pixel, group of lanes in the word)."""
+        with m.If(reset):
+            m.d.sync += [group.eq(0), word.eq(0)]
+        with m.Elif(advance & (group == groups - 1)):
+            m.d.sync += [group.eq(0), word.eq(word + 1)]
+        with m.Elif(advance):
+            m.d.sync += group.eq(group + 1)
 
-        # Stage 0: loop counters -------------------------------------------------------
+    def _loop_nest(self, m) -> SimpleNamespace:
+        """The loop counters: one state of the nest a cycle while running."""
+        w, p = self._w, self.params
+        g = p.window
         running = Signal()
-        nt, ct, kt = (Signal(w.tile, name=n) for n in ("nt", "ct", "kt"))
+        nt, kt, ct = (Signal(w.tile, name=n) for n in ("nt", "kt", "ct"))
         i, j = Signal(w.coord), Signal(w.coord)
         ct_word, ct_group = Signal(w.coord), Signal(bits_for(self._in_groups - 1))
         nt_word, nt_group = Signal(w.coord), Signal(bits_for(self._out_groups - 1))
-        m0, cnt = Signal(w.pixel), Signal(w.tile)
-        oy0, ox0, oy, ox = (Signal(w.coord, name=n) for n in ("oy0", "ox0", "oy", "ox"))
-        # First input pixel of the current image (batches: images follow each other).
-        ibase0, ibase = Signal(w.pixel, name="ibase0"), Signal(w.pixel, name="ibase")
+        m0, cnt = Signal(w.pixel), Signal(w.tile)          # block's first pixel; pixel in block
         w_nt_base = Signal(w.weight_addr)
+        # Raster position of the current pixel, and of the block's first one.
+        oy0, ox0, oy, ox = (Signal(w.coord, name=n) for n in ("oy0", "ox0", "oy", "ox"))
+        ibase0, ibase = Signal(w.pixel, name="ibase0"), Signal(w.pixel, name="ibase")
 
         remaining = Signal(w.pixel)
         block_len = Signal(w.tile)
-        m.d.comb += [
-            remaining.eq(p.pixels - m0),
-            block_len.eq(p.block),
-        ]
+        m.d.comb += [remaining.eq(p.pixels - m0), block_len.eq(p.block)]
         with m.If(remaining < p.block):
             m.d.comb += block_len.eq(remaining)
 
         end_of_block = cnt == block_len - 1
         end_of_ct = ct == p.ct_count - 1
-        end_of_j = j == p.kw - 1
-        end_of_i = i == p.kh - 1
-        end_of_k = end_of_ct & end_of_j & end_of_i
+        end_of_j = j == g.kw - 1
+        end_of_k = end_of_ct & end_of_j & (i == g.kh - 1)
         end_of_m = (m0 + block_len) == p.pixels
-        end_of_nt = nt == p.nt_count - 1
+        # Carries: each level advances when every level inside it wraps.
+        start = ~running & self.start
+        next_pixel = running & ~end_of_block
+        next_tap = running & end_of_block & ~end_of_k          # same block, next kt
+        next_block = running & end_of_block & end_of_k & ~end_of_m
+        next_tile = running & end_of_block & end_of_k & end_of_m
 
         # Next raster position after (oy, ox), into the next image after the last row.
         next_oy, next_ox = Signal(w.coord), Signal(w.coord)
         next_ibase = Signal(w.pixel)
         m.d.comb += [next_oy.eq(oy), next_ox.eq(ox + 1), next_ibase.eq(ibase)]
-        with m.If(ox == p.out_w - 1):
+        with m.If(ox == g.out_w - 1):
             m.d.comb += [next_oy.eq(oy + 1), next_ox.eq(0)]
-            with m.If(oy == p.out_h - 1):
-                m.d.comb += [next_oy.eq(0), next_ibase.eq(ibase + p.in_pixels)]
+            with m.If(oy == g.out_h - 1):
+                m.d.comb += [next_oy.eq(0), next_ibase.eq(ibase + g.in_pixels)]
 
-        s0 = Signal(step_layout(w, self._in_groups, self._out_groups))
-        s0_oy, s0_ox, s0_i, s0_j = (Signal(w.coord, name=n) for n in ("s0_oy", "s0_ox", "s0_i", "s0_j"))
-        s0_ct_word, s0_nt_word = Signal(w.coord), Signal(w.coord)
-        s0_pixel, s0_ibase = Signal(w.pixel), Signal(w.pixel)
-        m.d.sync += [
-            s0.valid.eq(running),
-            s0.act_group.eq(ct_group),
-            s0.w_addr.eq(w_nt_base + kt),
-            s0.first.eq(kt == 0),
-            s0.last.eq(end_of_k),
-            s0.acc_addr.eq(cnt),
-            s0.p_addr.eq(p.p_base + nt),
-            s0.out_group.eq(nt_group),
-            s0_oy.eq(oy), s0_ox.eq(ox), s0_i.eq(i), s0_j.eq(j),
-            s0_ct_word.eq(ct_word), s0_nt_word.eq(nt_word),
-            s0_pixel.eq(m0 + cnt), s0_ibase.eq(ibase),
-        ]
+        with m.If(start):
+            m.d.sync += [running.eq(1), w_nt_base.eq(p.w_base)]
+        with m.If(next_tile & (nt == p.nt_count - 1)):
+            m.d.sync += running.eq(0)
 
-        with m.If(~running & self.start):
-            m.d.sync += [
-                running.eq(1), nt.eq(0), ct.eq(0), kt.eq(0), i.eq(0), j.eq(0),
-                ct_word.eq(0), ct_group.eq(0), nt_word.eq(0), nt_group.eq(0),
-                m0.eq(0), cnt.eq(0), oy0.eq(0), ox0.eq(0), oy.eq(0), ox.eq(0),
-                ibase0.eq(0), ibase.eq(0), w_nt_base.eq(p.w_base),
-            ]
-        with m.Elif(running):
-            with m.If(~end_of_block):
-                m.d.sync += [cnt.eq(cnt + 1), oy.eq(next_oy), ox.eq(next_ox), ibase.eq(next_ibase)]
+        with m.If(start | ~next_pixel):
+            m.d.sync += cnt.eq(0)
+        with m.Else():
+            m.d.sync += cnt.eq(cnt + 1)
+
+        # The reduction: kt counts (i, j, ct) in that nesting.
+        with m.If(start | next_block | next_tile):
+            m.d.sync += [kt.eq(0), ct.eq(0), i.eq(0), j.eq(0)]
+        with m.Elif(next_tap):
+            m.d.sync += kt.eq(kt + 1)
+            with m.If(~end_of_ct):
+                m.d.sync += ct.eq(ct + 1)
+            with m.Elif(~end_of_j):
+                m.d.sync += [ct.eq(0), j.eq(j + 1)]
             with m.Else():
-                m.d.sync += cnt.eq(0)
-                with m.If(~end_of_k):
-                    # Next weight tile, same pixel block.
-                    m.d.sync += [kt.eq(kt + 1), oy.eq(oy0), ox.eq(ox0), ibase.eq(ibase0)]
-                    with m.If(~end_of_ct):
-                        m.d.sync += ct.eq(ct + 1)
-                        with m.If(ct_group == self._in_groups - 1):
-                            m.d.sync += [ct_group.eq(0), ct_word.eq(ct_word + 1)]
-                        with m.Else():
-                            m.d.sync += ct_group.eq(ct_group + 1)
-                    with m.Else():
-                        m.d.sync += [ct.eq(0), ct_group.eq(0), ct_word.eq(0)]
-                        with m.If(~end_of_j):
-                            m.d.sync += j.eq(j + 1)
-                        with m.Else():
-                            m.d.sync += [j.eq(0), i.eq(i + 1)]
-                with m.Else():
-                    m.d.sync += [kt.eq(0), ct.eq(0), ct_group.eq(0), ct_word.eq(0), i.eq(0), j.eq(0)]
-                    with m.If(~end_of_m):
-                        # Next block of pixels.
-                        m.d.sync += [m0.eq(m0 + block_len), oy0.eq(next_oy), ox0.eq(next_ox),
-                                     oy.eq(next_oy), ox.eq(next_ox),
-                                     ibase0.eq(next_ibase), ibase.eq(next_ibase)]
-                    with m.Else():
-                        m.d.sync += [m0.eq(0), oy0.eq(0), ox0.eq(0), oy.eq(0), ox.eq(0),
-                                     ibase0.eq(0), ibase.eq(0),
-                                     nt.eq(nt + 1), w_nt_base.eq(w_nt_base + p.k_tiles)]
-                        with m.If(nt_group == self._out_groups - 1):
-                            m.d.sync += [nt_group.eq(0), nt_word.eq(nt_word + 1)]
-                        with m.Else():
-                            m.d.sync += nt_group.eq(nt_group + 1)
-                        with m.If(end_of_nt):
-                            m.d.sync += running.eq(0)
+                m.d.sync += [ct.eq(0), j.eq(0), i.eq(i + 1)]
+        self._word_and_group(m, ct_group, ct_word, self._in_groups, advance=next_tap & ~end_of_ct,
+                             reset=start | next_block | next_tile | (next_tap & end_of_ct))
 
-        # Stage 1: input coordinates and padding ----------------------------------------
-        s1 = Signal.like(s0)
-        iy, ix = Signal(coord_s), Signal(coord_s)
-        s1_iy, s1_ix = Signal(coord_s), Signal(coord_s)
-        s1_ct_word, s1_out_pixel_words = Signal(w.coord), Signal(w.act_addr)
-        s1_ibase = Signal(w.pixel)
+        # Pixels: the raster walk, restarted at the block's first pixel for every kt.
+        with m.If(start | next_tile):
+            m.d.sync += [m0.eq(0), oy0.eq(0), ox0.eq(0), oy.eq(0), ox.eq(0), ibase0.eq(0), ibase.eq(0)]
+        with m.Elif(next_pixel):
+            m.d.sync += [oy.eq(next_oy), ox.eq(next_ox), ibase.eq(next_ibase)]
+        with m.Elif(next_tap):
+            m.d.sync += [oy.eq(oy0), ox.eq(ox0), ibase.eq(ibase0)]
+        with m.Elif(next_block):
+            m.d.sync += [m0.eq(m0 + block_len), oy0.eq(next_oy), ox0.eq(next_ox), oy.eq(next_oy),
+                         ox.eq(next_ox), ibase0.eq(next_ibase), ibase.eq(next_ibase)]
+
+        # Output-channel tiles.
+        with m.If(start):
+            m.d.sync += nt.eq(0)
+        with m.Elif(next_tile):
+            m.d.sync += [nt.eq(nt + 1), w_nt_base.eq(w_nt_base + p.k_tiles)]
+        self._word_and_group(m, nt_group, nt_word, self._out_groups, advance=next_tile, reset=start)
+
+        return SimpleNamespace(running=running, nt=nt, kt=kt, i=i, j=j, ct_word=ct_word, ct_group=ct_group,
+                               nt_word=nt_word, nt_group=nt_group, pixel=m0 + cnt, cnt=cnt,
+                               w_nt_base=w_nt_base, oy=oy, ox=ox, ibase=ibase, end_of_k=end_of_k)
+
+    def elaborate(self, platform):
+        m = Module()
+        w, p = self._w, self.params
+        n = self._loop_nest(m)
+
+        # Stage 0: the step's counters, registered -------------------------------------
+        layout = step_layout(w, self._in_groups, self._out_groups)
+        s0, s0_valid = Signal(layout), Signal()
+        s0_pixel, s0_nt_word = Signal(w.pixel), Signal(w.coord)
+        m.submodules.window = window = WindowAddress(w)
+        m.d.sync += [
+            s0_valid.eq(n.running),
+            s0.act_group.eq(n.ct_group), s0.w_addr.eq(n.w_nt_base + n.kt),
+            s0.first.eq(n.kt == 0), s0.last.eq(n.end_of_k), s0.acc_addr.eq(n.cnt),
+            s0.p_addr.eq(p.p_base + n.nt), s0.out_group.eq(n.nt_group),
+            window.tap.oy.eq(n.oy), window.tap.ox.eq(n.ox), window.tap.i.eq(n.i), window.tap.j.eq(n.j),
+            window.tap.image_base.eq(n.ibase), window.tap.word.eq(n.ct_word),
+            s0_pixel.eq(n.pixel), s0_nt_word.eq(n.nt_word),
+        ]
+        m.d.comb += window.window.eq(p.window)
+
+        # Stages 1-3: the input address (window pipeline) and the output address.
+        out_addr = Signal(w.act_addr)
+        m.d.sync += out_addr.eq(p.out_base + s0_pixel * p.out_cw + s0_nt_word)
+        valid = delay_line(m, s0_valid, WindowAddress.LATENCY, "valid")
         m.d.comb += [
-            iy.eq(s0_oy * p.sh + s0_i - p.ph),
-            ix.eq(s0_ox * p.sw + s0_j - p.pw),
+            self.steps.valid.eq(valid[-1]),
+            self.steps.payload.eq(delayed(m, s0, WindowAddress.LATENCY, "s")),
+            self.steps.payload.act_addr.eq(window.addr),
+            self.steps.payload.pad.eq(window.pad),
+            self.steps.payload.out_addr.eq(delayed(m, out_addr, WindowAddress.LATENCY - 1, "out_addr")),
         ]
-        m.d.sync += [
-            s1.eq(s0),
-            s1.pad.eq((iy < 0) | (iy >= p.in_h) | (ix < 0) | (ix >= p.in_w)),
-            s1_iy.eq(iy), s1_ix.eq(ix), s1_ct_word.eq(s0_ct_word), s1_ibase.eq(s0_ibase),
-            s1_out_pixel_words.eq(p.out_base + s0_pixel * p.out_cw + s0_nt_word),
-        ]
-
-        # Stage 2: input pixel index.
-        s2, s2_pixel = Signal.like(s0), Signal(w.pixel)
-        s2_ct_word, s2_out = Signal(w.coord), Signal(w.act_addr)
-        m.d.sync += [s2.eq(s1), s2_pixel.eq(s1_ibase + s1_iy * p.in_w + s1_ix),
-                     s2_ct_word.eq(s1_ct_word), s2_out.eq(s1_out_pixel_words)]
-
-        # Stage 3: memory addresses (padding reads address 0; its data is replaced).
-        m.d.sync += [
-            self.step.eq(s2),
-            self.step.act_addr.eq(Mux(s2.pad, 0, p.in_base + s2_pixel * p.in_cw + s2_ct_word)),
-            self.step.out_addr.eq(s2_out),
-        ]
-
-        m.d.comb += self.busy.eq(running | s0.valid | s1.valid | s2.valid | self.step.valid)
+        m.d.comb += self.busy.eq(n.running | Cat(*valid).any())
         return m

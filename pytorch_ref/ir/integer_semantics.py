@@ -162,8 +162,27 @@ def relu_clamp_min(zero_point: int, relu: bool) -> int:
     return max(ACTIVATION_MIN, zero_point) if relu else ACTIVATION_MIN
 
 
-def accumulator_bits_needed(fan_in: int) -> int:
-    """Bits a signed accumulator needs for ``fan_in`` products of (x - zp) * w plus a bias
-    of the same magnitude: ``|x - zp| <= 255``, ``|w| <= 127``."""
-    bound = 2 * fan_in * 255 * 127
-    return bound.bit_length() + 1
+def accumulator_range(weight, bias, x_min: int, x_max: int) -> tuple[int, int]:
+    """The least and greatest value an accumulator of these weights can hold.
+
+    ``weight`` is ``[N, ...]``, ``bias`` ``[N]``, and every input ``x`` lies in
+    ``[x_min, x_max]`` with ``x_min <= 0 <= x_max``. The bound covers ``bias + sum_k x[k] * w[n, k]``
+    and every partial sum of it, in any order, with or without the bias, over every
+    channel ``n``: each term lies in ``[min(x_min*w, x_max*w), max(...)]``, which
+    contains 0, so no partial sum leaves ``[bias + negatives, bias + positives]`` or
+    ``[negatives, positives]``. It is reached by the extreme inputs, so it is tight.
+    """
+    if not x_min <= 0 <= x_max:
+        raise ValueError(f"the input range must contain 0, not [{x_min}, {x_max}]")
+    w = np.asarray(weight, dtype=np.int64).reshape(len(weight), -1)
+    b = np.asarray(bias, dtype=np.int64).reshape(-1)
+    negatives = np.minimum(w * x_min, w * x_max).sum(axis=1)
+    positives = np.maximum(w * x_min, w * x_max).sum(axis=1)
+    return (int(np.minimum(negatives, negatives + b).min(initial=0)),
+            int(np.maximum(positives, positives + b).max(initial=0)))
+
+
+def signed_bits(low: int, high: int) -> int:
+    """Bits of the narrowest two's-complement integer that holds ``[low, high]``."""
+    low, high = int(low), int(high)
+    return max((-low - 1).bit_length() if low < 0 else 0, max(high, 0).bit_length()) + 1

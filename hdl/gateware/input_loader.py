@@ -1,0 +1,61 @@
+"""The input loader: input beats in, activation-memory words out, one word a cycle."""
+from amaranth import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.compiler.program import TensorPlacement
+from hdl.compiler.widths import bits_for
+from hdl.gateware.activation_memory import write_port
+
+
+class InputLoader(wiring.Component):
+    """Writes one inference's input tensor, ``words_per_beat`` words from each beat.
+
+    It takes a beat only when the previous one is written, and after the last word it
+    waits (``beats.ready`` low) until ``rearm``.
+
+    Members
+    -------
+    beats: In stream, the input bus.
+    write: Out, one whole word a cycle.
+    first_beat: Out, pulses when the first beat of an inference is taken.
+    done: Out, pulses with the write of the input's last word.
+    rearm: In, a pulse: take the next inference's input.
+    """
+
+    def __init__(self, input: TensorPlacement, words_per_beat: int, bus_bits: int, addr_bits: int,
+                 lanes: int, data_bits: int):
+        self._input, self._wpb, self._word_bits = input, words_per_beat, lanes * data_bits
+        super().__init__({
+            "beats": In(stream.Signature(bus_bits)),
+            "write": Out(write_port(addr_bits, lanes, data_bits)),
+            "first_beat": Out(1), "done": Out(1), "rearm": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        words, wpb, word_bits = self._input.words, self._wpb, self._word_bits
+        armed = Signal(init=1)
+        beat = Signal.like(self.beats.payload)
+        beat_words_left = Signal(range(wpb + 1))
+        addr = Signal.like(self.write.payload.addr, init=self._input.base)
+        words_left = Signal(bits_for(words) + 1, init=words)
+
+        m.d.comb += self.beats.ready.eq(armed & (beat_words_left == 0))
+        with m.If(self.beats.valid & self.beats.ready):
+            m.d.sync += [beat.eq(self.beats.payload), beat_words_left.eq(wpb)]
+            m.d.comb += self.first_beat.eq(words_left == words)
+
+        m.d.comb += [self.write.valid.eq(beat_words_left != 0), self.write.payload.addr.eq(addr),
+                     self.write.payload.data.eq(beat[:word_bits]), self.write.payload.lanes.eq(~0)]
+        with m.If(self.write.valid):
+            m.d.sync += [beat.eq(beat >> word_bits), beat_words_left.eq(beat_words_left - 1),
+                         addr.eq(addr + 1), words_left.eq(words_left - 1)]
+            with m.If(words_left == 1):
+                # The rest of the last beat is padding.
+                m.d.comb += self.done.eq(1)
+                m.d.sync += [beat_words_left.eq(0), armed.eq(0), addr.eq(self._input.base),
+                             words_left.eq(words)]
+        with m.If(self.rearm):
+            m.d.sync += armed.eq(1)
+        return m
