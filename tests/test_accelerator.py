@@ -9,25 +9,16 @@ from hdl.config import AcceleratorConfig
 from hdl.compiler.program import GemmOp
 from pytorch_ref.frontends.float_model import quantize_model
 from sim.cases import make_case, random_case, trained_case
-from sim.runner import simulate
 
 SHAPES = [(8, 8), (4, 4), (4, 8)]
-
-
-def check_report(case, report):
-    assert len(report.results) == len(case.inputs)
-    failures = [r for r in report.results if not r["match"]]
-    assert not failures, f"{report.simulator}: {len(failures)} inputs differ, first: {failures[0]}"
 
 
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
 @pytest.mark.parametrize("rows, cols", SHAPES, ids=[f"{r}x{c}" for r, c in SHAPES])
 @pytest.mark.parametrize("model", ["linear", "mlp"])
-def test_dense_models_match_reference(model, rows, cols, simulator, tmp_path):
+def test_dense_models_match_reference(model, rows, cols, simulator, simulate_case):
     case = random_case(model, AcceleratorConfig(rows=rows, cols=cols), count=4, seed=rows * 10 + cols)
-    report = simulate(case.program, case.inputs, case.expected, simulator=simulator,
-                      build_dir=tmp_path, seed=rows + cols)
-    check_report(case, report)
+    report = simulate_case(case, simulator, seed=rows + cols)
 
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
@@ -36,11 +27,9 @@ CYCLE_BOUNDS = {("linear", 8, 8): 435, ("mlp", 8, 8): 130}
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))
-def test_cycles_per_inference_stay_within_bound(model, rows, cols, tmp_path):
+def test_cycles_per_inference_stay_within_bound(model, rows, cols, simulate_case):
     case = random_case(model, AcceleratorConfig(rows=rows, cols=cols), count=3)
-    report = simulate(case.program, case.inputs, case.expected, simulator="verilator", build_dir=tmp_path,
-                      gap_probability=0.0, stall_probability=0.0)
-    check_report(case, report)
+    report = simulate_case(case, gap_probability=0.0, stall_probability=0.0)
     cycles = [r["cycles"] for r in report.results]
     assert max(cycles) <= CYCLE_BOUNDS[model, rows, cols], cycles
     print(f"{model} {rows}x{cols}: {cycles[0]} cycles per inference")
@@ -49,15 +38,11 @@ def test_cycles_per_inference_stay_within_bound(model, rows, cols, tmp_path):
     assert all(r["busy_steps"] == steps for r in report.results)
 
 
-def test_ghdl_vhdl_matches_verilator_verilog_exactly(tmp_path):
+def test_ghdl_vhdl_matches_verilator_verilog_exactly(simulate_case):
     """The VHDL back end's output on GHDL: same outputs and same cycle counts as the
     Verilog on Verilator, under the same seeded valid gaps and back-pressure."""
     case = random_case("mlp", AcceleratorConfig(rows=4, cols=4), count=3, seed=5)
-    reports = {sim: simulate(case.program, case.inputs, case.expected, simulator=sim,
-                             build_dir=tmp_path / sim, seed=11)
-               for sim in ("ghdl", "verilator")}
-    for report in reports.values():
-        check_report(case, report)
+    reports = {sim: simulate_case(case, sim, seed=11) for sim in ("ghdl", "verilator")}
     ghdl, verilator = reports["ghdl"].results, reports["verilator"].results
     assert [r["output"] for r in ghdl] == [r["output"] for r in verilator]
     assert [r["cycles"] for r in ghdl] == [r["cycles"] for r in verilator]
@@ -69,26 +54,22 @@ CNN_SHAPES = [(8, 8), (4, 8)]
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
 @pytest.mark.parametrize("rows, cols", CNN_SHAPES, ids=[f"{r}x{c}" for r, c in CNN_SHAPES])
 @pytest.mark.parametrize("model", ["stem", "dwsep"])
-def test_conv_blocks_match_reference(model, rows, cols, simulator, tmp_path):
+def test_conv_blocks_match_reference(model, rows, cols, simulator, simulate_case):
     """Conv + folded BatchNorm + ReLU + padded/strided max-pool (stem), and depthwise +
     pointwise convolutions (dwsep), with non-zero input zero points on padding."""
     case = random_case(model, AcceleratorConfig(rows=rows, cols=cols), count=2, seed=rows + cols)
     assert any(op.input_zero_point != 0 for op in case.program.gemm_ops)
-    report = simulate(case.program, case.inputs, case.expected, simulator=simulator,
-                      build_dir=tmp_path, seed=rows * cols)
-    check_report(case, report)
+    report = simulate_case(case, simulator, seed=rows * cols)
 
 
 # Icarus runs the CNN at a few thousand cycles a second (140k cycles an inference on
 # 8x8): those two cases belong to `make test-all`.
 @pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("rows, cols", CNN_SHAPES, ids=[f"{r}x{c}" for r, c in CNN_SHAPES])
-def test_trained_lenet_matches_reference(rows, cols, simulator, tmp_path):
+def test_trained_lenet_matches_reference(rows, cols, simulator, simulate_case):
     """The LeNet-style CNN, trained on digits, on a held-out digit."""
     case = trained_case("lenet", AcceleratorConfig(rows=rows, cols=cols), count=1, log=lambda *a: None)
-    report = simulate(case.program, case.inputs, case.expected, simulator=simulator,
-                      build_dir=tmp_path, seed=rows * cols)
-    check_report(case, report)
+    report = simulate_case(case, simulator, seed=rows * cols)
     check_phase_cycles(case, report)
 
 
@@ -108,7 +89,7 @@ def check_phase_cycles(case, report):
             assert busy == (op.steps if isinstance(op, GemmOp) else 0), (op.name, busy)
 
 
-def test_strided_padded_convolution_matches_reference(tmp_path):
+def test_strided_padded_convolution_matches_reference(simulate_case):
     """Stride 2 with padding 1 and a 5x5 kernel, channel counts that fit no tile."""
     model = nn.Sequential(nn.Conv2d(3, 6, 5, stride=2, padding=1), nn.ReLU(),
                           nn.Conv2d(6, 5, 3, stride=(2, 1), padding=(0, 2)))
@@ -117,29 +98,23 @@ def test_strided_padded_convolution_matches_reference(tmp_path):
     quantized = quantize_model(model.eval(), calibration, name="strided")
     assert quantized.input_quant.zero_point != 0
     case = make_case(quantized, AcceleratorConfig(rows=4, cols=4), torch.randn(3, 3, 13, 11))
-    report = simulate(case.program, case.inputs, case.expected, simulator="verilator",
-                      build_dir=tmp_path, seed=2)
-    check_report(case, report)
+    report = simulate_case(case, seed=2)
 
 
 @pytest.mark.slow
-def test_hundred_held_out_digits_through_lenet(tmp_path):
+def test_hundred_held_out_digits_through_lenet(simulate_case):
     """make test-all: 100 held-out digits through the CNN on Verilator, all exact."""
     case = trained_case("lenet", AcceleratorConfig(), count=100, log=lambda *a: None)
-    report = simulate(case.program, case.inputs, case.expected, simulator="verilator",
-                      build_dir=tmp_path, seed=100)
-    check_report(case, report)
+    report = simulate_case(case, seed=100)
     hardware = [int(np.argmax(r["output"])) for r in report.results]
     accuracy = np.mean(np.equal(hardware, case.labels))
     assert accuracy >= 0.9, f"hardware accuracy on 100 held-out digits {accuracy:.2%}"
 
 
 @pytest.mark.parametrize("model, rows, cols, batch", [("mlp", 4, 8, 3), ("stem", 8, 8, 2)])
-def test_batches_match_reference(model, rows, cols, batch, tmp_path):
+def test_batches_match_reference(model, rows, cols, batch, simulate_case):
     """Several inputs per inference: dense layers reuse each weight tile over the batch,
     convolutions and pooling walk image after image."""
     case = random_case(model, AcceleratorConfig(rows=rows, cols=cols), count=2, seed=4, batch=batch)
     assert case.program.batch == batch and case.inputs[0].shape[0] == batch
-    report = simulate(case.program, case.inputs, case.expected, simulator="verilator",
-                      build_dir=tmp_path, seed=batch)
-    check_report(case, report)
+    report = simulate_case(case, seed=batch)

@@ -13,9 +13,6 @@ from pytorch_ref.frontends.float_model import float_ops, fold_batchnorm, quantiz
 from pytorch_ref.ir.quantized_model import Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer
 from pytorch_ref.reference import run_integer_reference
 
-torch.set_num_threads(1)
-
-
 def _randn(*shape, seed=0):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 

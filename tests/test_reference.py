@@ -12,9 +12,6 @@ from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, MaxPool2dLa
                                          Requantization)
 from pytorch_ref.reference import run_integer_reference
 
-torch.set_num_threads(1)
-
-
 def _requant_int(acc: int, multiplier: int, shift: int, zero_point: int, lo: int, hi: int) -> int:
     """Requantization with Python integers: round half up, add the zero point, clamp."""
     return min(max(((acc * multiplier + (1 << (shift - 1))) >> shift) + zero_point, lo), hi)

@@ -7,9 +7,6 @@ import torch
 
 from pytorch_ref.ir import integer_semantics as sem
 
-torch.set_num_threads(1)
-
-
 @pytest.mark.parametrize("value, shift, expected", [
     (5, 1, 3),          # 2.5 -> 3
     (-5, 1, -2),        # -2.5 -> -2 (ties towards +inf, not away from zero)

@@ -20,7 +20,6 @@ from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLaye
 from pytorch_ref.ir.serialize import load_model, save_model
 from pytorch_ref.reference import run_integer_reference
 
-torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -7,7 +7,6 @@ from pytorch_ref.zoo import data, models, train
 from pytorch_ref.ir.quantized_model import Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer
 from pytorch_ref.frontends.torch_ao import import_torch_ao, measure_agreement, torch_ao_codes, torch_ao_quantize
 
-torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")     # torch.ao's own deprecation notices
 
 ENGINES = [e for e in ("fbgemm", "qnnpack") if e in torch.backends.quantized.supported_engines]

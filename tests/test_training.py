@@ -5,9 +5,6 @@ import torch
 from pytorch_ref.zoo import data, models, train
 from pytorch_ref.ir.quantized_model import QuantizedModel
 
-torch.set_num_threads(1)
-
-
 def _quiet(_):
     pass
 
