@@ -17,6 +17,7 @@ import sys
 from hdl.build import build_top
 from hdl.config import AcceleratorConfig
 from hdl.writers import to_verilog, to_vhdl, write_atomically
+from pytorch_ref.ir.atomic_file import check_output_path
 from pytorch_ref.ir.serialize import load_model, save_model
 
 DEFAULT_MODEL = "lenet"
@@ -56,9 +57,16 @@ def main(argv=None) -> int:
     parser, commands = _parser()
     args = parser.parse_args(argv)
     command = commands[args.command]
+    try:
+        check_output_path(args.output)
+    except ValueError as error:
+        command.error(str(error))
     if args.command == "save-model":
         model = shipped_model(command, args.model)
-        save_model(model, args.output)
+        try:
+            save_model(model, args.output)
+        except (OSError, ValueError) as error:
+            command.error(f"cannot write {args.output!r}: {error}")
         print(f"wrote {args.output}: {model.name}, {len(model.layers)} layers")
         return 0
     try:
@@ -72,9 +80,15 @@ def main(argv=None) -> int:
             command.error(str(error))
     else:
         model = shipped_model(command, args.model)
-    top = build_top(model, config)
+    try:
+        top = build_top(model, config)
+    except (TypeError, ValueError) as error:             # the model does not fit this configuration
+        command.error(str(error))
     text = to_verilog(top) if args.command == "verilog" else to_vhdl(top)
-    write_atomically(args.output, text)
+    try:
+        write_atomically(args.output, text)
+    except (OSError, ValueError) as error:
+        command.error(f"cannot write {args.output!r}: {error}")
     print(f"wrote {args.output}: {model.name} on a {args.rows}x{args.cols} array, "
           f"{len(text.encode()) / 1e6:.2f} MB")
     return 0

@@ -33,13 +33,17 @@ def main(argv=None) -> int:
         parser.error(str(error))
     if args.inputs < 1:
         parser.error(f"inputs must be a positive integer, not {args.inputs}")
+    build_dir = Path(args.build_dir) / f"{args.model}_{args.rows}x{args.cols}_{args.simulator}"
+    try:
+        build_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"cannot use --build-dir {args.build_dir!r}: {error}")
     print(f"[1/3] training or loading {args.model}, quantizing, compiling for a {args.rows}x{args.cols} array",
           flush=True)
     try:
         case = trained_case(args.model, config, args.inputs)
     except ValueError as error:
         parser.error(str(error))
-    build_dir = Path(args.build_dir) / f"{args.model}_{args.rows}x{args.cols}_{args.simulator}"
     print(f"[2/3] generating HDL and building with {args.simulator} in {build_dir}", flush=True)
     report = simulate(case.program, case.inputs, case.expected, simulator=args.simulator,
                       build_dir=build_dir, seed=args.seed)

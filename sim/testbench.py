@@ -19,6 +19,7 @@ from cocotb.triggers import ClockCycles, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
 from hdl.host import pack_input, unpack_output
+from pytorch_ref.ir.atomic_file import atomic_output
 from sim.streams import StreamDriver, StreamMonitor
 
 CLOCK_PERIOD_NS = 10
@@ -70,7 +71,7 @@ def first_mismatch(expected: np.ndarray, actual: np.ndarray):
     if len(diff) == 0:
         return None
     k = int(diff[0])
-    return {"element": k, "index": list(np.unravel_index(k, expected.shape)),
+    return {"element": k, "index": [int(i) for i in np.unravel_index(k, expected.shape)],
             "expected": int(expected.reshape(-1)[k]), "actual": int(actual.reshape(-1)[k]),
             "mismatches": int(len(diff))}
 
@@ -104,6 +105,6 @@ async def run_inferences(dut):
               f"input {index}: {'match' if ok else 'MISMATCH'}, {cycles} cycles", flush=True)
     wall = time.perf_counter() - start_wall
     sim_cycles = (get_sim_time("ns") - start_ns) / CLOCK_PERIOD_NS
-    with open(os.environ["NNACCEL_RESULTS"], "w") as f:
+    with atomic_output(os.environ["NNACCEL_RESULTS"]) as f:
         json.dump({"results": results, "sim_cycles": sim_cycles, "wall_seconds": wall}, f)
     assert not failures, "outputs differ from the integer reference:\n" + "\n".join(failures)

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from pytorch_ref.ir.atomic_file import atomic_output
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                                             QuantizedModel, QuantParams, Requantization)
 
@@ -104,29 +104,8 @@ def save_model(model: QuantizedModel, path: str | os.PathLike) -> None:
               "input_quant": _quant_to_json(model.input_quant),
               "layers": [_layer_to_json(i, layer, arrays) for i, layer in enumerate(model.layers)]}
     arrays[_HEADER] = np.array(json.dumps(header, allow_nan=False))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # mkstemp would create the file 0600; O_CREAT with 0666 lets the umask decide.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    while True:
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
-        try:
-            fd = os.open(tmp, flags, 0o666)
-            break
-        except FileExistsError:
-            continue
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_output(path, binary=True) as f:
+        np.savez_compressed(f, **arrays)
 
 
 def load_model(path: str | os.PathLike) -> QuantizedModel:

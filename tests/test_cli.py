@@ -1,0 +1,65 @@
+"""The command lines stop with a message, not a traceback, on bad input (issue 13)."""
+import os
+import stat
+
+import pytest
+
+from hdl.__main__ import main as hdl_main
+from hdl.writers import write_atomically
+from pytorch_ref.ir.serialize import save_model
+from sim.__main__ import main as sim_main
+from tests.test_serialize import tiny_dense
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "tiny.npz"
+    save_model(tiny_dense(), path)
+    return path
+
+
+def _error(capsys, main, argv) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--rows", "3", "--cols", "64"], "error: the activation word (lcm of rows and cols = 192 values) must fit one "
+                                      "input beat (128 values of 8 bits)"),
+    (["--rows", "0"], "error: array rows must be a positive integer, not 0"),
+])
+def test_configuration_errors(extra, message, model_file, tmp_path, capsys):
+    out = tmp_path / "x.v"
+    assert message in _error(capsys, hdl_main, ["verilog", "--model-file", str(model_file), *extra, "-o", str(out)])
+    assert not out.exists()
+
+
+def test_output_path_errors(model_file, tmp_path, capsys):
+    args = ["verilog", "--model-file", str(model_file), "--rows", "2", "--cols", "2", "-o"]
+    assert f"error: output path '{tmp_path}' is a folder; name a file in it" in _error(
+        capsys, hdl_main, [*args, str(tmp_path)])
+    assert "error: output path must name a file, not ''" in _error(capsys, hdl_main, [*args, ""])
+    assert "error: cannot write '/dev/null/x.v'" in _error(capsys, hdl_main, [*args, "/dev/null/x.v"])
+    assert sorted(os.listdir(tmp_path)) == ["tiny.npz"]
+
+
+def test_sim_build_dir_that_cannot_exist(capsys):
+    err = _error(capsys, sim_main, ["--model", "mlp", "--rows", "4", "--cols", "4", "--build-dir", "/dev/null/x"])
+    assert "error: cannot use --build-dir '/dev/null/x': [Errno 20] Not a directory" in err
+
+
+def test_generated_files_follow_the_umask(tmp_path):
+    """mkstemp made every generated file 0600; a plain file is 0666 less the umask."""
+    old = os.umask(0o022)
+    try:
+        write_atomically(tmp_path / "a.v", "module a; endmodule\n")
+        os.umask(0o077)
+        write_atomically(tmp_path / "b.v", "module b; endmodule\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "a.v").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(tmp_path / "b.v").st_mode) == 0o600
