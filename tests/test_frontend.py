@@ -301,3 +301,26 @@ def test_errors_on_calibration_data():
         quantize_model(models.build("mlp"), [], input_shape=(64,))
     with pytest.raises(TypeError, match=r"^model must be a torch\.nn\.Module, not function$"):
         quantize_model(lambda x: x, _randn(2, 4))
+
+
+@pytest.mark.parametrize("where, message", [
+    ("calibration", r"^calibration data is not finite: samples 0 to 7 hold NaN or inf$"),
+    ("weight", r"^0\.Linear: its weights are not finite \(NaN or inf\)$"),
+    ("bias", r"^0\.Linear: its bias is not finite \(NaN or inf\)$"),
+    ("overflow", r"^0\.Linear: its output on the calibration data is not finite \(NaN or inf\)$"),
+])
+def test_non_finite_values_are_named(where, message):
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
+    x = _randn(8, 4)
+    with torch.no_grad():
+        if where == "calibration":
+            x[2, 1] = float("nan")
+        elif where == "weight":
+            model[0].weight[0, 0] = float("inf")
+        elif where == "bias":
+            model[0].bias[1] = float("nan")
+        else:
+            model[0].weight.fill_(3e38)
+            x = x.abs() + 1
+    with pytest.raises(ValueError, match=message):
+        quantize_model(model, x)

@@ -66,3 +66,17 @@ def test_program_numbers_of_a_small_cnn():
     # Ping-pong: the pooling op reads where the convolution wrote.
     assert pooling.source == gemm.dest and gemm.source == program.input and program.output == pooling.dest
     assert sem.ACTIVATION_MIN <= program.clamp_min.min()
+
+
+def test_model_without_weighted_layers_is_rejected():
+    model = QuantizedModel("pool-only", (2, 4, 4), QuantParams(1.0, 0), (MaxPool2dLayer("pool", (2, 2), (2, 2)),))
+    with pytest.raises(ValueError, match=r"^model 'pool-only' has no Conv2d or Linear layer"):
+        lower(model, AcceleratorConfig())
+
+
+def test_bias_beyond_the_ir_accumulator_names_the_layer():
+    """quantize_model could give Linear(8, 1) a bias of 2,147,478,618, which the reference
+    then overflowed on inputs inside the calibration range."""
+    with pytest.raises(ValueError, match=r"^fc: bias \+ sum of \(x - zero point\) \* weight reaches "
+                                         r"\[.*\] for some int8 input, beyond the 32-bit accumulator"):
+        dense_model(np.full((1, 8), 127), [2_147_478_618])

@@ -34,8 +34,11 @@ def test_requantizer_matches_semantics():
         zp = int(rng.integers(-128, 128))
         vectors.append((int(rng.integers(-2 ** 20, 2 ** 20)), int(rng.integers(2 ** 30, 2 ** 31)),
                         int(rng.integers(20, 40)), zp, max(-128, zp), 127))
-    expected = [int(sem.requantize_half_up(torch.tensor([a]), torch.tensor([m]), torch.tensor([s]), z, lo, hi)[0])
-                for a, m, s, z, lo, hi in vectors]
+    def lane_input(a):                   # lane 1 sees the negation (which int32 cannot hold for -2**31)
+        return [a, -a if a > -(2 ** 31) else a]
+
+    expected = [[int(sem.requantize_half_up(np.array([x]), np.array([m]), np.array([s]), z, lo, hi)[0])
+                 for x in lane_input(a)] for a, m, s, z, lo, hi in vectors]
     dut = Requantizer(lanes, 32, 8, data.StructLayout({"id": 8}))
 
     async def bench(ctx):
@@ -44,7 +47,7 @@ def test_requantizer_matches_semantics():
             if t < len(vectors):
                 a, m, s, z, lo, hi = vectors[t]
                 ctx.set(dut.i_valid, 1)
-                ctx.set(dut.i_acc, [a, -a if a > -(2 ** 31) else a])
+                ctx.set(dut.i_acc, lane_input(a))
                 ctx.set(dut.i_params, {"multiplier": [m, m], "shift": [s, s], "zero_point": z,
                                        "clamp_min": lo, "clamp_max": hi})
                 ctx.set(dut.i_tag, {"id": t % 256})
@@ -52,10 +55,11 @@ def test_requantizer_matches_semantics():
                 ctx.set(dut.i_valid, 0)
             await ctx.tick()
             if ctx.get(dut.o_valid):
-                got.append((ctx.get(dut.o_data[0]), ctx.get(dut.o_tag.id)))
+                got.append(([ctx.get(dut.o_data[lane]) for lane in range(lanes)], ctx.get(dut.o_tag.id)))
         assert [g[1] for g in got] == [t % 256 for t in range(len(vectors))]
-        for index, ((value, _), want) in enumerate(zip(got, expected)):
-            assert value == want, f"vector {index} {vectors[index]}: expected {want}, got {value}"
+        assert len(got) == len(expected)
+        for index, ((values, _), want) in enumerate(zip(got, expected)):
+            assert values == want, f"vector {index} {vectors[index]}: expected {want} (lanes 0, 1), got {values}"
 
     run_testbench(dut, bench)
 

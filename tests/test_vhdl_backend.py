@@ -38,6 +38,14 @@ _SAME_SIGNEDNESS = _BINARY - _SHIFTS - {"$logic_and", "$logic_or"}
 _UNSIGNED_AMOUNT = {"$shl", "$sshl", "$shr", "$sshr"}
 
 # Cell groups simulated as one design each (one GHDL + one Icarus run per group).
+# Verilog `x` matches any VHDL bit, so each test says how many output bits may be x, and
+# why; everything else (the accelerator, random designs) allows none.
+X_ALLOWED = {
+    "division": 0.25,     # x / 0 and x % 0 are x in Verilog
+    "flop": 0.05,         # flops without an initial value, before their first clock edge
+    "shift": 0.2,         # shifts by an amount with x bits
+}
+
 CELL_GROUPS = {
     "arith": ["$add", "$sub", "$mul", "$neg", "$pos", "$not"],
     "bitwise": ["$and", "$or", "$xor", "$xnor", "$reduce_and", "$reduce_or", "$reduce_xor",
@@ -157,7 +165,7 @@ def test_groups_cover_supported_cells():
 def test_cells_match_verilog(group, tmp_path):
     kinds = CELL_GROUPS[group]
     rtlil_text = random_cells_rtlil(kinds, count=6 * len(kinds), seed=zlib.crc32(group.encode()) & 0xffff)
-    check_rtlil(rtlil_text, tmp_path, cycles=96, seed=1)
+    check_rtlil(rtlil_text, tmp_path, cycles=96, seed=1, max_x_fraction=X_ALLOWED.get(group, 0.0))
 
 
 def test_width_one_mixed_signedness(tmp_path):
@@ -185,7 +193,7 @@ def test_width_one_mixed_signedness(tmp_path):
     inputs = [port.name for port in ports if port.direction == "input"]
     # All four combinations of (A, B), every cell at once.
     stimulus = [{name: (n >> (name.endswith("_b"))) & 1 for name in inputs} for n in range(4)]
-    check_rtlil(design.text(), tmp_path, stimulus)
+    check_rtlil(design.text(), tmp_path, stimulus, max_x_fraction=0.1)   # x / 0 in the Verilog
 
 
 # --- Amaranth designs ----------------------------------------------------------------
@@ -334,7 +342,8 @@ def test_amaranth_memory(kind, tmp_path):
         # Amaranth gives write ports no priority: a collision's result is undefined.
         if values.get("we1") and values["we0"] and values["wa0"] == values["wa1"]:
             values["we1"] = 0
-    design = check_design(mem, tmp_path, ports=mem.ports, cycles=160, adjust=no_write_collision)
+    design = check_design(mem, tmp_path, ports=mem.ports, cycles=160, adjust=no_write_collision,
+                          max_x_fraction=0.5)   # reads of words not yet written are x in the Verilog
     assert "$mem_v2" in {cell.type for cell in design.cells}
 
 
@@ -374,7 +383,7 @@ def test_convert_matches_verilog_convert(tmp_path):
     assert "    clk : in std_logic;" in vhdl_text
     stimulus = random_stimulus(ports, 128, random.Random(5))
     compare(ports, stimulus, *simulate(vhdl_text, verilog_text, ports, stimulus, tmp_path,
-                                       top="mixed"))
+                                       top="mixed"), max_x_fraction=0.2)   # its memory's unwritten words
 
 
 def test_ghdl_analyses_without_warnings(tmp_path):

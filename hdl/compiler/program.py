@@ -167,6 +167,9 @@ class _Lowering:
 
     def run(self) -> Program:
         cfg, model = self.config, self.model
+        if not any(isinstance(layer, (DenseLayer, Conv2dLayer)) for layer in model.layers):
+            raise ValueError(f"model {model.name!r} has no Conv2d or Linear layer; the accelerator runs models "
+                             f"with at least one")
         shapes = model.shapes
         # Ping-pong: tensors alternate between the bottom and the top of the memory.
         placements = [self.placement(s, 0) for s in shapes]

@@ -354,6 +354,11 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
     input_shape = tuple(input_shape)
     check_shapes(ops, input_shape)
 
+    for op in ops:
+        if isinstance(op, WeightedOp):
+            for what, tensor in (("weights are", op.module.weight), ("bias is", op.module.bias)):
+                if tensor is not None and not torch.isfinite(tensor).all():
+                    raise ValueError(f"{op.name}: its {what} not finite (NaN or inf)")
     input_observer = observer()
     observers = {id(op): observer() for op in ops if isinstance(op, WeightedOp)}
     seen = 0
@@ -362,9 +367,14 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
             raise ValueError(f"calibration batches must have shape [B, {', '.join(map(str, input_shape))}], "
                              f"not {list(batch.shape)}")
         x = batch.float()
+        if not torch.isfinite(x).all():
+            raise ValueError(f"calibration data is not finite: samples {seen} to {seen + len(batch) - 1} "
+                             f"hold NaN or inf")
         input_observer(x)
         for op in ops:
             x = op.forward(x)
+            if not torch.isfinite(x).all():
+                raise ValueError(f"{op.name}: its output on the calibration data is not finite (NaN or inf)")
             if isinstance(op, WeightedOp):
                 observers[id(op)](x)
         seen += len(batch)

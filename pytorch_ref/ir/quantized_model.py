@@ -74,6 +74,12 @@ class _WeightedLayer:
             raise ValueError(f"{self.name}: requantization must have {self.out_features} channels")
         if self.requant.zero_point != self.output_quant.zero_point:
             raise ValueError(f"{self.name}: requantization zero point differs from the output's")
+        zp = self.input_quant.zero_point
+        low, high = sem.accumulator_range(self.weight, self.bias, sem.ACTIVATION_MIN - zp, sem.ACTIVATION_MAX - zp)
+        if not sem.ACCUMULATOR_MIN <= low <= high <= sem.ACCUMULATOR_MAX:
+            raise ValueError(f"{self.name}: bias + sum of (x - zero point) * weight reaches [{low}, {high}] for some "
+                             f"int8 input, beyond the {sem.ACCUMULATOR_BITS}-bit accumulator; the bias is too large "
+                             f"for the input and weight scales (widen the calibration range or shrink the bias)")
 
     @property
     def out_features(self) -> int:
