@@ -1,0 +1,352 @@
+"""Control-side components on Amaranth's simulator, against Python models:
+``PerfCounters``, ``ActivationMemory``, ``OpTable`` and ``Sequencer``."""
+import numpy as np
+import pytest
+
+from hdl.compiler.program import GemmOp, PoolOp, lower
+from hdl.compiler.widths import Widths
+from hdl.config import AcceleratorConfig
+from hdl.gateware.activation_memory import ActivationMemory, Reader
+from hdl.gateware.op_table import OpTable
+from hdl.gateware.perf_counters import PerfCounters
+from hdl.gateware.sequencer import Sequencer
+from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
+                                            QuantParams, Requantization)
+from tests.component_sim import run_bench
+
+
+# --- PerfCounters -------------------------------------------------------------------------
+
+class PerfModel:
+    """Counts from the ``start`` cycle to the ``stop`` cycle, both included."""
+
+    def __init__(self, slots):
+        self.slots = slots
+        self.counting = False
+        self.total = self.busy = 0
+        self.last = (0, 0)
+        self.slot_cycles, self.slot_busy = [0] * slots, [0] * slots
+
+    def cycle(self, start, stop, busy, slot):
+        if start:
+            self.counting = True
+            self.total = self.busy = 0
+            self.slot_cycles, self.slot_busy = [0] * self.slots, [0] * self.slots
+        if self.counting:
+            self.total += 1
+            self.busy += busy
+            self.slot_cycles[slot] += 1
+            self.slot_busy[slot] += busy
+            if stop:
+                self.last = (self.total, self.busy)
+                self.counting = False
+
+
+def _perf_schedule(rng, length):
+    """(start, stop, busy, slot) a cycle: idle gaps, inferences, a restart while counting,
+    a one-cycle inference (stop right after start)."""
+    schedule, counting = [], False
+    while len(schedule) < length:
+        r = rng.random()
+        start = stop = False
+        if not counting and r < 0.08:
+            start, counting = True, True
+        elif counting and r < 0.03:
+            start = True                                  # restart while counting
+        elif counting and r < 0.10:
+            stop, counting = True, False
+        schedule.append((start, stop, bool(rng.random() < 0.5), int(rng.integers(0, 5))))
+    schedule += [(True, False, True, 1), (False, True, False, 2)]       # the shortest inference
+    schedule += [(False, False, True, 3)] * 3
+    return schedule
+
+
+@pytest.mark.parametrize("slots", [1, 5])
+def test_perf_counters_match_model(slots):
+    rng = np.random.default_rng(slots)
+    schedule = [(a, b, c, d % slots) for a, b, c, d in _perf_schedule(rng, 300)]
+    assert sum(s[1] for s in schedule) >= 5
+    dut = PerfCounters(slots, bits=16)
+    model = PerfModel(slots)
+
+    async def bench(ctx):
+        for t, (start, stop, busy, slot) in enumerate(schedule):
+            ctx.set(dut.start, start)
+            ctx.set(dut.stop, stop)
+            ctx.set(dut.busy, busy)
+            ctx.set(dut.slot, slot)
+            await ctx.tick()
+            model.cycle(start, stop, busy, slot)
+            assert (ctx.get(dut.last_cycles), ctx.get(dut.last_busy)) == model.last, f"cycle {t}"
+            for index in range(slots):
+                ctx.set(dut.select, index)
+                got = (ctx.get(dut.cycles), ctx.get(dut.busy_cycles))
+                assert got == (model.slot_cycles[index], model.slot_busy[index]), f"cycle {t}, slot {index}"
+
+    run_bench(dut, bench)
+
+
+def test_perf_counters_count_the_start_and_stop_cycles():
+    """Hand-checked: start at cycle 0 (busy), cycles 1-2 (busy, idle), stop at 3 (busy): 4
+    cycles, 3 busy; slot 1 holds cycles 0 and 3."""
+    dut = PerfCounters(2, bits=8)
+
+    async def bench(ctx):
+        for start, stop, busy, slot in [(1, 0, 1, 1), (0, 0, 1, 0), (0, 0, 0, 0), (0, 1, 1, 1), (0, 0, 1, 1)]:
+            ctx.set(dut.start, start)
+            ctx.set(dut.stop, stop)
+            ctx.set(dut.busy, busy)
+            ctx.set(dut.slot, slot)
+            await ctx.tick()
+        assert (ctx.get(dut.last_cycles), ctx.get(dut.last_busy)) == (4, 3)
+        ctx.set(dut.select, 1)
+        assert (ctx.get(dut.cycles), ctx.get(dut.busy_cycles)) == (2, 2)
+        ctx.set(dut.select, 0)
+        assert (ctx.get(dut.cycles), ctx.get(dut.busy_cycles)) == (2, 1)
+
+    run_bench(dut, bench)
+
+
+# --- ActivationMemory -------------------------------------------------------------------------
+
+def test_activation_memory_reader_selection_and_write_priority():
+    depth, lanes, bits = 12, 4, 8
+    dut = ActivationMemory(depth, 4, lanes, bits)
+    rng = np.random.default_rng(2)
+    mem = [[0] * lanes for _ in range(depth)]
+    readers = {Reader.GEMM: dut.gemm_read, Reader.POOL: dut.pool_read, Reader.OUTPUT: dut.output_read}
+    writers = [dut.load, dut.gemm_write, dut.pool_write]                  # priority order
+    stats = {"collisions": 0, "partial": 0, "reads": {r: 0 for r in Reader}}
+
+    async def bench(ctx):
+        for t in range(300):
+            reader = list(Reader)[int(rng.integers(3))]
+            ctx.set(dut.reader, reader)
+            addrs = {r: int(rng.integers(depth)) for r in Reader}
+            for r, port in readers.items():
+                ctx.set(port.addr, addrs[r])
+            winner = None
+            valids = [bool(rng.random() < 0.4) for _ in writers]
+            for index, (port, valid) in enumerate(zip(writers, valids)):
+                addr = int(rng.integers(depth))
+                if valid and addr == addrs[reader]:
+                    addr = (addr + 1) % depth          # read-during-write is left unspecified
+                data = [int(v) for v in rng.integers(-128, 128, lanes)]
+                enables = int(rng.integers(0, 1 << lanes))
+                ctx.set(port.valid, valid)
+                ctx.set(port.payload, {"addr": addr, "data": data, "lanes": enables})
+                if valid and winner is None:
+                    winner = (addr, data, enables)
+            stats["collisions"] += sum(valids) > 1
+            want = list(mem[addrs[reader]])
+            await ctx.tick()
+            if winner is not None:
+                addr, data, enables = winner
+                stats["partial"] += 0 < enables < (1 << lanes) - 1
+                for lane in range(lanes):
+                    if enables >> lane & 1:
+                        mem[addr][lane] = data[lane]
+            # The selected reader's word, one cycle later, on every read port.
+            for r, port in readers.items():
+                assert [int(v) for v in ctx.get(port.data)] == want, f"cycle {t}, reader {reader}, port {r}"
+            stats["reads"][reader] += 1
+        # Read back everything through each reader in turn, with no writes.
+        for port in writers:
+            ctx.set(port.valid, 0)
+        for reader, port in readers.items():
+            ctx.set(dut.reader, reader)
+            for addr in range(depth):
+                ctx.set(port.addr, addr)
+                await ctx.tick()
+                assert [int(v) for v in ctx.get(port.data)] == mem[addr]
+
+    run_bench(dut, bench)
+    assert stats["collisions"] > 20 and stats["partial"] > 20 and min(stats["reads"].values()) > 50
+
+
+# --- OpTable ------------------------------------------------------------------------------------
+
+def _requant(n: int) -> Requantization:
+    return Requantization(np.full(n, 2 ** 30, dtype=np.int64), np.full(n, 40, dtype=np.int64), 0, -128)
+
+
+def _program():
+    rng = np.random.default_rng(3)
+
+    def conv(name, c_in, c_out, k, stride, padding, zp):
+        return Conv2dLayer(name, rng.integers(-5, 6, (c_out, c_in) + k).astype(np.int8), np.zeros(c_out, np.int32),
+                           QuantParams(0.1, zp), QuantParams(0.1, 0), _requant(c_out), stride=stride, padding=padding)
+
+    layers = (conv("c1", 3, 5, (3, 3), (1, 1), (1, 1), -7),
+              MaxPool2dLayer("p1", (2, 2), (2, 2)),
+              conv("c2", 5, 6, (2, 1), (1, 1), (0, 0), 3),
+              MaxPool2dLayer("p2", (2, 2), (1, 1), (1, 1)),
+              FlattenLayer("flat"),
+              DenseLayer("fc", rng.integers(-5, 6, (4, 6 * 2 * 3)).astype(np.int8), np.zeros(4, np.int32),
+                         QuantParams(0.1, 11), QuantParams(0.1, 0), _requant(4)))
+    model = QuantizedModel("table", (3, 4, 4), QuantParams(0.1, -7), layers)
+    return lower(model, AcceleratorConfig(rows=2, cols=4, accumulator_depth=8, input_bus_bits=64), batch=2)
+
+
+def _as_dict(value):
+    """A struct ``Const`` to nested dicts of ints."""
+    from amaranth.lib import data
+    if isinstance(value, data.Const):
+        return {name: _as_dict(getattr(value, name)) for name, _ in value.shape()}
+    return int(value)
+
+
+def _window(op):
+    src, dst = op.source, op.dest
+    return {"in_base": src.base, "in_h": src.height, "in_w": src.width, "in_cw": src.words_per_pixel,
+            "in_pixels": src.height * src.width, "kh": op.kernel[0], "kw": op.kernel[1],
+            "sh": op.stride[0], "sw": op.stride[1], "ph": op.padding[0], "pw": op.padding[1],
+            "out_h": dst.height, "out_w": dst.width}
+
+
+def test_op_table_holds_each_ops_constants():
+    program = _program()
+    kinds = [type(op) for op in program.ops]
+    assert kinds == [GemmOp, PoolOp, GemmOp, PoolOp, GemmOp]
+    dut = OpTable(program, Widths.of(program))
+    # Hand-checked numbers of the first op: 4x4x3 input of a batch of 2 at word 0.
+    c1 = program.ops[0]
+    assert (c1.source.base, c1.source.words_per_pixel, c1.dest.pixels, c1.block, c1.k_tiles) == (0, 1, 32, 8, 18)
+
+    async def bench(ctx):
+        for index, op in enumerate(program.ops):
+            ctx.set(dut.op_index, index)
+            await ctx.delay(1e-6)
+            assert ctx.get(dut.is_last) == (index == len(program.ops) - 1)
+            assert ctx.get(dut.is_pool) == isinstance(op, PoolOp)
+            if isinstance(op, GemmOp):
+                want = {"window": _window(op), "ct_count": op.channel_tiles,
+                        "k_tiles": op.kernel[0] * op.kernel[1] * op.channel_tiles, "nt_count": op.n_tiles,
+                        "block": op.block, "pixels": op.dest.images * op.dest.height * op.dest.width,
+                        "out_cw": op.dest.words_per_pixel, "out_base": op.dest.base,
+                        "w_base": op.weight_base, "p_base": op.param_base}
+                assert _as_dict(ctx.get(dut.gemm)) == want, op.name
+                assert ctx.get(dut.zero_point) == op.input_zero_point
+            else:
+                want = {"window": _window(op), "out_base": op.dest.base,
+                        "pixels": op.dest.images * op.dest.height * op.dest.width}
+                assert _as_dict(ctx.get(dut.pool)) == want, op.name
+
+    run_bench(dut, bench, clock=False)
+    assert [op.input_zero_point for op in program.gemm_ops] == [-7, 3, 11]
+
+
+# --- Sequencer ------------------------------------------------------------------------------------
+
+DRAIN = 5
+
+
+def _run_sequencer(kinds, inferences, seed):
+    """Drives a Sequencer for ``kinds`` ('gemm' / 'pool') with an op table and engines of
+    random lengths, plus stray ``loaded`` / ``output_done`` pulses while they must be
+    ignored. Returns the per-cycle trace and the engines' idle cycles."""
+    ops = len(kinds)
+    dut = Sequencer(ops, DRAIN)
+    rng = np.random.default_rng(seed)
+    trace, events = [], []
+
+    async def bench(ctx):
+        busy_left, output_left, load_wait = 0, None, int(rng.integers(1, 6))
+        loads, rearms, cycle = 0, 0, 0
+        while len([e for e in events if e[0] == "rearm"]) < inferences:
+            index = ctx.get(dut.op_index)
+            ctx.set(dut.is_pool, kinds[index] == "pool" if index < ops else 0)
+            ctx.set(dut.is_last, index == ops - 1)
+            ctx.set(dut.engine_busy, busy_left > 0)
+            # The loader: one done pulse per inference; stray pulses later must do nothing.
+            loaded = load_wait == 0 or (load_wait < 0 and loads > rearms and rng.random() < 0.1)
+            ctx.set(dut.loaded, loaded)
+            output_done = output_left == 0 or (output_left is None and rng.random() < 0.1)
+            ctx.set(dut.output_done, output_done)
+            row = {name: int(ctx.get(getattr(dut, name))) for name in
+                   ("op_index", "gemm_start", "pool_start", "output_start", "rearm", "phase")}
+            row |= {"reader": ctx.get(dut.reader), "busy": busy_left > 0, "loaded": loaded,
+                    "output_done": output_done, "cycle": cycle}
+            trace.append(row)
+            if load_wait == 0:
+                events.append(("loaded", cycle, None))
+                loads += 1
+            if busy_left == 1:
+                events.append(("idle", cycle + 1))
+            for name in ("gemm_start", "pool_start", "output_start", "rearm"):
+                if row[name]:
+                    events.append((name, cycle, row["op_index"]))
+            await ctx.tick()
+            cycle += 1
+            # Engines: busy from the cycle after their start, for a random length.
+            busy_left = max(0, busy_left - 1)
+            if row["gemm_start"] or row["pool_start"]:
+                assert busy_left == 0
+                busy_left = int(rng.integers(1, 12))
+            load_wait = (-1 if load_wait == 0 else load_wait - 1) if load_wait >= 0 else -1
+            if row["rearm"]:
+                load_wait = int(rng.integers(1, 6))
+                rearms += 1
+            if output_left is not None:
+                output_left = None if output_left == 0 else output_left - 1
+            if row["output_start"]:
+                output_left = int(rng.integers(0, 8))
+            assert cycle < 5000
+
+    run_bench(dut, bench)
+    return trace, events
+
+
+@pytest.mark.parametrize("kinds", [["gemm", "pool", "gemm", "pool", "gemm"], ["pool", "gemm", "pool"], ["gemm"]])
+def test_sequencer_order_and_drain(kinds):
+    ops = len(kinds)
+    trace, events = _run_sequencer(kinds, inferences=2, seed=ops)
+    pulses = [e for e in events if e[0] != "idle"]
+    # Expected order per inference: loaded, each op's start of the right kind, output, rearm.
+    expected = []
+    for _ in range(2):
+        expected += ["loaded"] + [f"{k}_start" for k in kinds] + ["output_start", "rearm"]
+    assert [e[0] for e in pulses] == expected
+    starts = [e for e in pulses if e[0] in ("gemm_start", "pool_start")]
+    assert [e[2] for e in starts] == list(range(ops)) * 2                         # op_index at each start
+    # loaded -> the first start a cycle later; an engine's first idle cycle -> the next start
+    # 2 cycles later or the output 1 cycle later, plus DRAIN cycles after a GEMM op only.
+    idles = [e[1] for e in events if e[0] == "idle"]
+    assert len(idles) == 2 * ops
+    by_cycle = {row["cycle"]: row for row in trace}
+    for n, (name, cycle, _) in enumerate(pulses):
+        if name in ("gemm_start", "pool_start", "output_start"):
+            previous = pulses[n - 1]
+            if previous[0] == "loaded":
+                assert cycle == previous[1] + 1
+                continue
+            kind = kinds[previous[2]]
+            idle = min(i for i in idles if i > previous[1])
+            want = (1 if name == "output_start" else 2) + (DRAIN if kind == "gemm" else 0)
+            assert cycle - idle == want, f"{name} after {kind}: {cycle - idle} cycles after idle, expected {want}"
+        if name == "rearm":
+            assert by_cycle[cycle]["output_done"]
+    # Reader ownership and phases, cycle by cycle; stray loaded / output_done pulses
+    # (while they must be ignored) change nothing.
+    assert sum(row["loaded"] for row in trace) > 2 and sum(row["output_done"] for row in trace) > 2
+    state, current = "load", None
+    for row in trace:
+        assert not (row["gemm_start"] and row["pool_start"])
+        if state == "load":
+            assert row["reader"] == Reader.GEMM and row["phase"] == ops, row
+            if row["loaded"]:
+                state = "ops"
+        elif state == "ops":
+            assert row["phase"] == row["op_index"], row
+            if row["gemm_start"] or row["pool_start"]:
+                current = row["op_index"]                  # the reader follows from the next cycle
+            else:
+                assert row["reader"] == (Reader.GEMM if kinds[current] == "gemm" else Reader.POOL), row
+            if row["output_start"]:
+                state = "output"
+        else:
+            assert row["reader"] == Reader.OUTPUT and row["phase"] == ops + 1, row
+            if row["rearm"]:
+                state, current = "load", None
+    # Nothing starts while an engine is busy.
+    assert not any(row["busy"] and (row["gemm_start"] or row["pool_start"]) for row in trace)

@@ -1,0 +1,385 @@
+"""``WindowAddress`` and ``StepGenerator`` on Amaranth's simulator, against Python models.
+
+The models are written from the documented semantics (window formula, channels-last
+memory layout and the GEMM loop nest of :mod:`hdl.compiler.program`), as plain nested
+loops, not from the counters of the gateware.
+"""
+import numpy as np
+import pytest
+
+from hdl.compiler.program import lower
+from hdl.compiler.widths import Widths, bits_for
+from hdl.config import AcceleratorConfig
+from hdl.gateware.step_generator import StepGenerator, gemm_params, gemm_params_layout
+from hdl.gateware.window import WindowAddress, tap_layout, window_layout
+from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
+                                            QuantParams, Requantization)
+from tests.component_sim import run_bench
+
+STEP_FIELDS = ("act_addr", "act_group", "pad", "w_addr", "first", "last", "acc_addr", "p_addr", "out_addr",
+               "out_group")
+
+
+# --- WindowAddress ------------------------------------------------------------------------
+
+def _random_geometry(rng):
+    while True:
+        g = {"in_h": int(rng.integers(1, 7)), "in_w": int(rng.integers(1, 7)), "in_cw": int(rng.integers(1, 4)),
+             "kh": int(rng.integers(1, 5)), "kw": int(rng.integers(1, 5)), "sh": int(rng.integers(1, 4)),
+             "sw": int(rng.integers(1, 4)), "ph": int(rng.integers(0, 4)), "pw": int(rng.integers(0, 4))}
+        out_h = (g["in_h"] + 2 * g["ph"] - g["kh"]) // g["sh"] + 1
+        out_w = (g["in_w"] + 2 * g["pw"] - g["kw"]) // g["sw"] + 1
+        if out_h >= 1 and out_w >= 1:
+            break
+    g |= {"out_h": out_h, "out_w": out_w, "in_pixels": g["in_h"] * g["in_w"],
+          "in_base": int(rng.integers(0, 60)), "images": int(rng.integers(1, 4))}
+    return g
+
+
+def _tight_widths(g) -> Widths:
+    """The widths :meth:`Widths.of` would give a program with this one window op."""
+    coords = [g[k] for k in ("in_h", "in_w", "in_cw", "kh", "kw", "sh", "sw", "ph", "pw", "out_h", "out_w")]
+    pixels = [g["images"] * g["in_pixels"], g["images"] * g["out_h"] * g["out_w"]]
+    words = g["in_base"] + g["images"] * g["in_pixels"] * g["in_cw"]
+    return Widths(act_addr=bits_for(words), weight_addr=4, param_addr=4, coord=bits_for(max(coords)) + 1,
+                  pixel=bits_for(max(pixels)) + 1, acc_addr=4, tile=4)
+
+
+def _window_model(g, tap):
+    """(addr, pad) of one tap, from the documented formula."""
+    iy = tap["oy"] * g["sh"] + tap["i"] - g["ph"]
+    ix = tap["ox"] * g["sw"] + tap["j"] - g["pw"]
+    if not (0 <= iy < g["in_h"] and 0 <= ix < g["in_w"]):
+        return 0, 1
+    return g["in_base"] + (tap["image_base"] + iy * g["in_w"] + ix) * g["in_cw"] + tap["word"], 0
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_window_address_matches_formula(seed):
+    rng = np.random.default_rng(100 + seed)
+    g = _random_geometry(rng)
+    w = _tight_widths(g)
+    # Every corner of the tap space, then random taps.
+    taps = []
+    for oy in {0, g["out_h"] - 1}:
+        for ox in {0, g["out_w"] - 1}:
+            for i in {0, g["kh"] - 1}:
+                for j in {0, g["kw"] - 1}:
+                    taps.append({"oy": oy, "ox": ox, "i": i, "j": j, "image_base": (g["images"] - 1) * g["in_pixels"],
+                                 "word": g["in_cw"] - 1})
+    for _ in range(60):
+        taps.append({"oy": int(rng.integers(g["out_h"])), "ox": int(rng.integers(g["out_w"])),
+                     "i": int(rng.integers(g["kh"])), "j": int(rng.integers(g["kw"])),
+                     "image_base": int(rng.integers(g["images"])) * g["in_pixels"],
+                     "word": int(rng.integers(g["in_cw"]))})
+    expected = [_window_model(g, t) for t in taps]
+    dut = WindowAddress(w)
+    window = window_layout(w).const({k: g[k] for k in window_layout(w).members})
+    layout = tap_layout(w)
+    latency = WindowAddress.LATENCY
+
+    async def bench(ctx):
+        ctx.set(dut.window, window)
+        got = []
+        for t in range(len(taps) + latency - 1):
+            if t < len(taps):
+                ctx.set(dut.tap, layout.const(taps[t]))
+            await ctx.tick()
+            # After this edge the outputs hold the tap set ``latency`` edges ago.
+            if t + 1 >= latency:
+                got.append((ctx.get(dut.addr), ctx.get(dut.pad)))
+        assert len(got) == len(taps)
+        for index, (g_, e_) in enumerate(zip(got, expected)):
+            assert g_ == e_, f"geometry {g}, tap {taps[index]}: expected {e_}, got {g_}"
+
+    run_bench(dut, bench)
+
+
+def test_window_latency_is_exact():
+    """A tap shows up exactly ``LATENCY`` edges later, not earlier or later."""
+    g = {"in_h": 3, "in_w": 3, "in_cw": 1, "kh": 1, "kw": 1, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "out_h": 3,
+         "out_w": 3, "in_pixels": 9, "in_base": 5, "images": 1}
+    w = _tight_widths(g)
+    dut = WindowAddress(w)
+
+    async def bench(ctx):
+        ctx.set(dut.window, window_layout(w).const({k: g[k] for k in window_layout(w).members}))
+        ctx.set(dut.tap, {"oy": 0, "ox": 0, "i": 0, "j": 0, "image_base": 0, "word": 0})
+        for _ in range(4):
+            await ctx.tick()
+        assert ctx.get(dut.addr) == 5
+        ctx.set(dut.tap, {"oy": 2, "ox": 1, "i": 0, "j": 0, "image_base": 0, "word": 0})
+        seen = []
+        for _ in range(WindowAddress.LATENCY):
+            await ctx.tick()
+            seen.append(ctx.get(dut.addr))
+        assert seen == [5] * (WindowAddress.LATENCY - 1) + [5 + 7]
+
+    run_bench(dut, bench)
+
+
+# --- StepGenerator --------------------------------------------------------------------------
+
+def _requant(n: int) -> Requantization:
+    return Requantization(np.full(n, 2 ** 30, dtype=np.int64), np.full(n, 40, dtype=np.int64), 0, -128)
+
+
+def _conv(rng, name, c_in, c_out, kernel, stride=(1, 1), padding=(0, 0)):
+    weight = rng.integers(-5, 6, (c_out, c_in) + tuple(kernel)).astype(np.int8)
+    return Conv2dLayer(name, weight, np.zeros(c_out, np.int32), QuantParams(0.1, 2), QuantParams(0.1, 0),
+                       _requant(c_out), stride=stride, padding=padding)
+
+
+def _dense(rng, name, k, n):
+    weight = rng.integers(-5, 6, (n, k)).astype(np.int8)
+    return DenseLayer(name, weight, np.zeros(n, np.int32), QuantParams(0.1, -1), QuantParams(0.1, 0), _requant(n))
+
+
+def program_wide_rows():
+    """rows=2, cols=4: two channel groups per input word. 6 input channels = 3 channel
+    tiles over 2 words; 5 outputs = 2 n tiles; accumulators of 5 for 16-pixel images; a
+    strided rectangular conv with asymmetric padding; flatten + dense; a batch of 2."""
+    rng = np.random.default_rng(11)
+    layers = (_conv(rng, "c1", 6, 5, (3, 3), (1, 1), (1, 1)),
+              _conv(rng, "c2", 5, 3, (3, 2), (2, 1), (1, 0)),
+              FlattenLayer("flat"),
+              _dense(rng, "fc", 18, 7))
+    model = QuantizedModel("wide_rows", (6, 4, 4), QuantParams(0.1, 2), layers)
+    return lower(model, AcceleratorConfig(rows=2, cols=4, accumulator_depth=5, input_bus_bits=64), batch=2), model
+
+
+def program_wide_cols():
+    """rows=4, cols=2: two output groups per word (5 outputs = 3 n tiles over 2 output
+    words); stride 2 with padding; blocks of 4 over 9 pixels; a pool in between; a dense
+    layer after flatten (a 2x2 kernel over the whole image), then a plain dense layer."""
+    rng = np.random.default_rng(12)
+    layers = (_conv(rng, "c1", 3, 5, (3, 3), (2, 2), (1, 1)),
+              MaxPool2dLayer("pool", (2, 2), (1, 1)),
+              FlattenLayer("flat"),
+              _dense(rng, "fc1", 20, 6),
+              _dense(rng, "fc2", 6, 3))
+    model = QuantizedModel("wide_cols", (3, 5, 5), QuantParams(0.1, 0), layers)
+    return lower(model, AcceleratorConfig(rows=4, cols=2, accumulator_depth=4, input_bus_bits=64)), model
+
+
+def expected_steps(op, config):
+    """Every step of ``op``, enumerated from the loop nest of :mod:`hdl.compiler.program`."""
+    bank = config.bank_width
+    src, dst = op.source, op.dest
+    kh, kw = op.kernel
+    (sh, sw), (ph, pw) = op.stride, op.padding
+    per_image = dst.height * dst.width
+    k_tiles = kh * kw * op.channel_tiles
+    steps = []
+    for nt in range(op.n_tiles):
+        for block_start in range(0, op.pixels, op.block):
+            block = list(range(block_start, min(block_start + op.block, op.pixels)))
+            kt = 0
+            for i in range(kh):
+                for j in range(kw):
+                    for ct in range(op.channel_tiles):
+                        for slot, pixel in enumerate(block):
+                            image, rest = divmod(pixel, per_image)
+                            oy, ox = divmod(rest, dst.width)
+                            iy, ix = oy * sh + i - ph, ox * sw + j - pw
+                            pad = not (0 <= iy < src.height and 0 <= ix < src.width)
+                            channel = ct * config.rows                  # first channel of the tile
+                            word, group = channel // bank, (channel % bank) // config.rows
+                            src_pixel = (image * src.height + iy) * src.width + ix
+                            steps.append({
+                                "act_addr": 0 if pad else src.base + src_pixel * src.words_per_pixel + word,
+                                "act_group": group, "pad": int(pad),
+                                "w_addr": op.weight_base + nt * k_tiles + kt,
+                                "first": int(kt == 0), "last": int(kt == k_tiles - 1),
+                                "acc_addr": slot, "p_addr": op.param_base + nt,
+                                "out_addr": dst.base + pixel * dst.words_per_pixel + (nt * config.cols) // bank,
+                                "out_group": (nt * config.cols % bank) // config.cols,
+                                "_tile": (nt, i, j, ct),
+                            })
+                        kt += 1
+    return steps
+
+
+def _check_weight_tiles(program, model, op, steps):
+    """The weight addresses of the model name the tiles the lowering stored for
+    ``(nt, i, j, ct)``: PE ``(r, c)`` holds ``w[nt*cols + c, ct*rows + r, i, j]``."""
+    cfg = program.config
+    layer = next(l for l in model.layers if l.name == op.name)
+    src = op.source
+    if isinstance(layer, DenseLayer):
+        kernel = layer.weight.reshape(layer.out_features, src.channels, *op.kernel)
+    else:
+        kernel = layer.weight
+    n_out, c_in = kernel.shape[:2]
+    for step in steps:
+        nt, i, j, ct = step["_tile"]
+        tile = program.weight_tiles[step["w_addr"]]
+        for r in range(cfg.rows):
+            for c in range(cfg.cols):
+                n, ch = nt * cfg.cols + c, ct * cfg.rows + r
+                want = int(kernel[n, ch, i, j]) if n < n_out and ch < c_in else 0
+                assert int(tile[r, c]) == want, f"{op.name}: tile {step['w_addr']} ({nt}, {i}, {j}, {ct})"
+
+
+def _run_ops(program, ops, *, restart_pulses=False):
+    """Runs ``ops`` one after the other on one StepGenerator; returns each op's steps
+    (as dicts), the cycles they came on and the busy trace."""
+    cfg = program.config
+    widths = Widths.of(program)
+    dut = StepGenerator(widths, cfg.bank_width // cfg.rows, cfg.bank_width // cfg.cols)
+    layout = gemm_params_layout(widths)
+    results = []
+
+    async def bench(ctx):
+        for op in ops:
+            ctx.set(dut.params, layout.const(gemm_params(op)))
+            await ctx.tick()
+            assert not ctx.get(dut.busy) and not ctx.get(dut.steps.valid)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            cycle, steps, cycles, busy_trace = 1, [], [], []
+            while True:
+                busy, valid = ctx.get(dut.busy), ctx.get(dut.steps.valid)
+                busy_trace.append(busy)
+                if valid:
+                    payload = ctx.get(dut.steps.payload)
+                    steps.append({f: getattr(payload, f) for f in STEP_FIELDS})
+                    cycles.append(cycle)
+                if not busy:
+                    break
+                if restart_pulses and cycle % 37 == 0 and len(steps) + 8 < op.steps:
+                    # Ignored while running (the end of the busy period is the xfail test below).
+                    ctx.set(dut.start, 1)
+                await ctx.tick()
+                ctx.set(dut.start, 0)
+                cycle += 1
+                assert cycle < op.steps + 50, "busy never fell"
+            # Idle afterwards: no stray steps.
+            for _ in range(8):
+                await ctx.tick()
+                assert not ctx.get(dut.steps.valid) and not ctx.get(dut.busy)
+            results.append((steps, cycles, busy_trace))
+
+    run_bench(dut, bench)
+    return results
+
+
+def _public(step):
+    return {k: v for k, v in step.items() if not k.startswith("_")}
+
+
+@pytest.mark.parametrize("make_program", [program_wide_rows, program_wide_cols])
+def test_step_sequences_match_loop_nest(make_program):
+    program, model = make_program()
+    ops = program.gemm_ops
+    # The programs exercise what they claim to.
+    assert any(op.channel_tiles > 1 for op in ops) and any(op.n_tiles > 1 for op in ops)
+    assert any(op.block < op.pixels and op.pixels % op.block for op in ops)
+    assert any(op.padding != (0, 0) for op in ops) and any(op.stride != (1, 1) for op in ops)
+    assert any(op.kernel != (1, 1) and op.dest.height == op.dest.width == 1 for op in ops)   # dense after flatten
+    results = _run_ops(program, ops, restart_pulses=True)
+    for op, (steps, cycles, busy_trace) in zip(ops, results):
+        want = expected_steps(op, program.config)
+        _check_weight_tiles(program, model, op, want)
+        want = [_public(s) for s in want]
+        assert len(want) == op.steps
+        assert len(steps) == op.steps, f"{op.name}: {len(steps)} steps, expected {op.steps}"
+        # One step every cycle, no gaps; busy covers everything up to the last step.
+        assert cycles == list(range(cycles[0], cycles[0] + len(cycles))), f"{op.name}: gaps in the steps"
+        assert all(busy_trace[:-1]) and not busy_trace[-1]
+        assert len(busy_trace) == cycles[-1] + 1      # busy_trace[k] is cycle k + 1: falls right after the last step
+        for index, (got, exp) in enumerate(zip(steps, want)):
+            assert got == exp, f"{op.name} step {index}: expected {exp}, got {got}"
+
+
+def _random_program(seed):
+    """A random convolution (odd array shapes included: rows 3 with cols 4 makes 12-lane
+    words, 4 channel groups and 3 output groups a word), kept under 3000 steps."""
+    rng = np.random.default_rng(1000 + seed)
+    while True:
+        rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))
+        c_in, c_out = int(rng.integers(1, 10)), int(rng.integers(1, 10))
+        h, w = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+        kernel = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        padding = (int(rng.integers(0, kernel[0] + 1)), int(rng.integers(0, kernel[1] + 1)))
+        if h + 2 * padding[0] < kernel[0] or w + 2 * padding[1] < kernel[1]:
+            continue
+        layer = _conv(rng, "conv", c_in, c_out, kernel, stride, padding)
+        model = QuantizedModel("random", (c_in, h, w), QuantParams(0.1, 2), (layer,))
+        config = AcceleratorConfig(rows=rows, cols=cols, accumulator_depth=int(rng.integers(1, 12)))
+        program = lower(model, config, batch=int(rng.integers(1, 3)))
+        if program.ops[0].steps <= 3000:
+            return program, model
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_conv_steps_match_loop_nest(seed):
+    program, model = _random_program(seed)
+    op, = program.ops
+    (steps, cycles, busy_trace), = _run_ops(program, [op])
+    want = expected_steps(op, program.config)
+    _check_weight_tiles(program, model, op, want)
+    assert cycles == list(range(cycles[0], cycles[0] + op.steps))
+    assert all(busy_trace[:-1]) and not busy_trace[-1]
+    for index, (got, exp) in enumerate(zip(steps, want)):
+        assert got == _public(exp), f"{op} step {index}"
+    assert len(steps) == len(want) == op.steps
+
+
+def test_step_model_hand_checked():
+    """The Python model itself, on hand-worked steps of the first op of the batch-2 program:
+    4x4 images, 3x3 kernel, padding 1, 3 channel tiles of 2 over 2 words, blocks of 5."""
+    program, _ = program_wide_rows()
+    op = program.gemm_ops[0]
+    src, dst = op.source, op.dest
+    assert (op.block, op.pixels, op.channel_tiles, op.n_tiles, op.k_tiles) == (5, 32, 3, 2, 27)
+    assert src.words_per_pixel == 2 and dst.words_per_pixel == 2
+    want = expected_steps(op, program.config)
+    # nt 0, block 3 holds pixels 15..19: pixel 15 is the last of image 0, 16 the first of image 1.
+    block3 = 3 * op.block * op.k_tiles
+    # Centre tap (kt = (1*3 + 1)*3 = 12), pixel 16 (slot 1): input pixel 16 (image 1, (0, 0)).
+    s = want[block3 + 12 * op.block + 1]
+    assert (s["act_addr"], s["pad"], s["act_group"], s["acc_addr"]) == (src.base + 32, 0, 0, 1)
+    assert s["out_addr"] == dst.base + 32 and s["first"] == 0 and s["last"] == 0
+    # ct 1 of the same tap: the same word, lanes 2-3; ct 2: the next word, lanes 0-1.
+    assert [want[block3 + (12 + d) * op.block + 1]["act_addr"] - src.base for d in (1, 2)] == [32, 33]
+    assert [want[block3 + (12 + d) * op.block + 1]["act_group"] for d in (1, 2)] == [1, 0]
+    # Tap (0, 0) of pixel 16 lies above image 1: padding, address 0; first of its pass.
+    s = want[block3 + 1]
+    assert (s["act_addr"], s["pad"], s["first"], s["w_addr"]) == (0, 1, 1, op.weight_base)
+    # Tap (2, 2) of pixel 15 (image 0, (3, 3)) lies below: padding. Last kt of the pass.
+    s = want[block3 + 26 * op.block]
+    assert (s["pad"], s["last"], s["w_addr"], s["acc_addr"]) == (1, 1, op.weight_base + 26, 0)
+    # nt 1 starts after 7 blocks of nt 0 (6 of 5 pixels and one of 2): next output word.
+    s = want[op.k_tiles * op.pixels]
+    assert (s["w_addr"], s["p_addr"], s["out_addr"], s["out_group"]) == (
+        op.weight_base + 27, op.param_base + 1, dst.base + 1, 0)
+    assert len(want) == 2 * 27 * 32
+
+
+@pytest.mark.xfail(strict=True, reason="StepGenerator: a start pulse while busy but no longer running (the last "
+                                       "steps still in the address pipeline) starts the op again, though the "
+                                       "docstring says start is ignored while busy (the sequencer never does this)")
+def test_start_is_ignored_for_the_whole_busy_period():
+    program, _ = program_wide_cols()
+    op = program.gemm_ops[-1]                           # the plain dense layer: a few steps
+    cfg = program.config
+    widths = Widths.of(program)
+    dut = StepGenerator(widths, cfg.bank_width // cfg.rows, cfg.bank_width // cfg.cols)
+
+    async def bench(ctx):
+        ctx.set(dut.params, gemm_params_layout(widths).const(gemm_params(op)))
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        steps = 0
+        for _ in range(op.steps + 40):
+            steps += ctx.get(dut.steps.valid)
+            # Keep pulsing start for as long as busy is high.
+            ctx.set(dut.start, ctx.get(dut.busy))
+            await ctx.tick()
+        assert steps == op.steps
+
+    run_bench(dut, bench)
