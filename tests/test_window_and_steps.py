@@ -359,9 +359,6 @@ def test_step_model_hand_checked():
     assert len(want) == 2 * 27 * 32
 
 
-@pytest.mark.xfail(strict=True, reason="StepGenerator: a start pulse while busy but no longer running (the last "
-                                       "steps still in the address pipeline) starts the op again, though the "
-                                       "docstring says start is ignored while busy (the sequencer never does this)")
 def test_start_is_ignored_for_the_whole_busy_period():
     program, _ = program_wide_cols()
     op = program.gemm_ops[-1]                           # the plain dense layer: a few steps

@@ -22,8 +22,8 @@ class OutputUnit(wiring.Component):
     """Streams the program's output tensor, ``words_per_beat`` words a beat.
 
     For a classifier (one vector of at most ``OUTPUT_CLASSES`` logits) it also scans the
-    logits, one lane a cycle, for the argmax (the lowest index wins ties); other models
-    give ``classes`` = 0.
+    logits, one lane a cycle, for the argmax (the lowest index wins ties), and gives its
+    one-hot on the inference's last beat (``last``); earlier beats and other models give 0.
 
     Members
     -------
@@ -106,7 +106,9 @@ class OutputUnit(wiring.Component):
                 m.d.comb += [self.beats.valid.eq(1), self.beats.payload.values.eq(beat),
                              self.beats.payload.last.eq(last)]
                 if classes:
-                    m.d.comb += self.beats.payload.classes.eq(1 << best_index)
+                    # Every logit has been scanned by the last beat; earlier beats carry none.
+                    with m.If(last):
+                        m.d.comb += self.beats.payload.classes.eq(1 << best_index)
                 with m.If(self.beats.ready):
                     m.d.sync += [slot.eq(0), beat.eq(0)]
                     with m.If(last):

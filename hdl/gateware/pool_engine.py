@@ -31,7 +31,7 @@ def pool_params(op: PoolOp) -> dict:
 class PoolEngine(wiring.Component):
     """Members
     -------
-    params: In, held while busy; start: In (pulse); busy: Out.
+    params: In, held while busy; start: In (pulse, ignored while busy); busy: Out.
     read: the activation memory's read port (data one cycle after the address).
     write: whole-word writes of finished output words.
     """
@@ -61,7 +61,8 @@ class PoolEngine(wiring.Component):
         # Counters, innermost first: tap (i, j), word q of the pixel's channels, pixel.
         next_word = running & last_tap
         next_pixel = next_word & last_word
-        with m.If(~running & self.start):
+        with m.If(~self.busy & self.start):                 # ignored until the last write
+
             m.d.sync += [running.eq(1), oy.eq(0), ox.eq(0), q.eq(0), i.eq(0), j.eq(0),
                          out_addr.eq(p.out_base), ibase.eq(0), pix.eq(0)]
         with m.If(running):

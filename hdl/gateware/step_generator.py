@@ -123,7 +123,7 @@ class StepGenerator(wiring.Component):
         end_of_k = end_of_ct & end_of_j & (i == g.kh - 1)
         end_of_m = (m0 + block_len) == p.pixels
         # Carries: each level advances when every level inside it wraps.
-        start = ~running & self.start
+        start = ~self.busy & self.start                    # ignored until the last step has left
         next_pixel = running & ~end_of_block
         next_tap = running & end_of_block & ~end_of_k          # same block, next kt
         next_block = running & end_of_block & end_of_k & ~end_of_m

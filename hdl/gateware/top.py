@@ -9,8 +9,9 @@ output_values[1023:0] one beat of the output tensor, same packing;
                       ``output_valid`` / ``output_ready`` handshake, ``output_last`` on
                       the final beat of an inference
 output_data[9:0]      one-hot of the predicted class (argmax of the logits, lowest index
-                      on ties), valid with ``output_valid``; zero for models whose output
-                      is not a vector of at most 10 logits
+                      on ties), on the inference's last output beat (``output_last``); zero
+                      on earlier beats and for models whose output is not a vector of at
+                      most 10 logits
 perf_cycles[31:0]     cycles of the last finished inference, first input beat to last
                       output beat
 perf_busy[31:0]       steps the array issued during it (each step = rows x cols MAC slots)
