@@ -77,11 +77,15 @@ def icarus_time_zero_fix(verilog_text: str) -> str:
 
 def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarray], *,
              simulator: str, build_dir: str | os.PathLike, seed: int = 0,
-             gap_probability: float = 0.3, stall_probability: float = 0.3) -> SimulationReport:
+             gap_probability: float = 0.3, stall_probability: float = 0.3,
+             faults: dict | None = None) -> SimulationReport:
     """Generate HDL for ``program``, simulate ``inputs`` and compare with ``expected``.
 
     Every case must have its own ``build_dir``. Returns the report; a mismatch is in it,
     not raised (the caller decides), but a testbench that did not run raises.
+    ``faults``: ``{"reset_at": {input: cycles or "output"}, "stall": {input: cycles}}``,
+    a reset in the middle of an inference before the given input's own inference, and
+    back-pressure held for that many cycles on its first output beat.
     """
     if simulator not in SIMULATORS:
         raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
@@ -100,7 +104,8 @@ def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarr
     case_file, results_file = build_dir / "case.pkl", build_dir / "results.json"
     with open(case_file, "wb") as f:
         pickle.dump({"program": program, "inputs": inputs, "expected": expected, "seed": seed,
-                     "gap_probability": gap_probability, "stall_probability": stall_probability}, f)
+                     "gap_probability": gap_probability, "stall_probability": stall_probability,
+                     "faults": faults}, f)
     if results_file.exists():
         results_file.unlink()
 

@@ -52,12 +52,21 @@ class StreamMonitor:
         self.fields, self.rng, self.stall_probability = fields, rng, stall_probability
         self.ready.value = 0
 
-    async def receive(self) -> list[dict]:
+    async def receive(self, first_stall: int = 0) -> list[dict]:
         """One transaction: the beats up to and including the one with ``last``.
 
-        Must be awaited from a phase in which signals may be written (not ReadOnly).
+        ``first_stall``: hold ``ready`` low for that many cycles once the first beat is
+        valid (long back-pressure). Must be awaited from a phase in which signals may be
+        written (not ReadOnly).
         """
         beats = []
+        if first_stall:
+            self.ready.value = 0
+            await ReadOnly()
+            if not self.valid.value:
+                await RisingEdge(self.valid)
+            for _ in range(first_stall):
+                await RisingEdge(self.clk)
         while True:
             self.ready.value = int(self.rng.random() >= self.stall_probability)
             await ReadOnly()

@@ -47,9 +47,24 @@ class AcceleratorBench:
         self.dut.reset.value = 0
         await RisingEdge(self.dut.clk)
 
-    async def infer(self, codes: np.ndarray):
+    async def interrupt(self, codes: np.ndarray, at):
+        """Start an inference of ``codes`` and reset the design in the middle of it: ``at``
+        cycles after its first beat is offered, or (``"output"``) when its first output
+        beat is waiting. Afterwards the design must be idle and the next inference exact."""
         sender = cocotb.start_soon(self.driver.send(pack_input(self.program, codes)))
-        beats = await self.monitor.receive()
+        if at == "output":
+            self.dut.output_ready.value = 0
+            await RisingEdge(self.dut.output_valid)
+        else:
+            await ClockCycles(self.dut.clk, int(at))
+        sender.cancel()
+        self.dut.input_valid.value = 0
+        self.dut.output_ready.value = 0
+        await self.reset()
+
+    async def infer(self, codes: np.ndarray, first_stall: int = 0):
+        sender = cocotb.start_soon(self.driver.send(pack_input(self.program, codes)))
+        beats = await self.monitor.receive(first_stall)
         await sender
         await Timer(1, unit="ns")           # let the performance counters latch
         values = unpack_output(self.program, [b["values"] for b in beats])
@@ -86,8 +101,11 @@ async def run_inferences(dut):
     results, failures = [], []
     start_ns, start_wall = get_sim_time("ns"), time.perf_counter()
     classifier = case["program"].is_classifier
+    faults = case.get("faults") or {}
     for index, (codes, expected) in enumerate(zip(case["inputs"], case["expected"])):
-        actual, onehot, cycles, busy, phases = await bench.infer(codes)
+        if index in faults.get("reset_at", {}):
+            await bench.interrupt(codes, faults["reset_at"][index])
+        actual, onehot, cycles, busy, phases = await bench.infer(codes, faults.get("stall", {}).get(index, 0))
         mismatch = first_mismatch(expected, actual)
         expected_onehot = (1 << int(np.argmax(expected))) if classifier else 0
         ok = mismatch is None and onehot == expected_onehot

@@ -118,3 +118,14 @@ def test_batches_match_reference(model, rows, cols, batch, simulate_case):
     case = random_case(model, AcceleratorConfig(rows=rows, cols=cols), count=2, seed=4, batch=batch)
     assert case.program.batch == batch and case.inputs[0].shape[0] == batch
     report = simulate_case(case, seed=batch)
+
+
+def test_reset_in_mid_inference_and_long_back_pressure(simulate_case):
+    """A reset during the input load, the computation and the output returns the design
+    to idle, and the next inference is exact; so is one whose output waits 2,000 cycles."""
+    case = random_case("mlp", AcceleratorConfig(rows=4, cols=4), count=5, seed=8)
+    report = simulate_case(case, seed=3, faults={"reset_at": {0: 1, 1: 12, 2: 40, 3: "output"},
+                                                 "stall": {4: 2000}})
+    cycles = [r["cycles"] for r in report.results]
+    assert cycles[4] >= 2000 > max(cycles[:4]), cycles
+    assert 40 < cycles[0], "the resets at 12 and 40 cycles must fall inside an inference"
