@@ -47,6 +47,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         writer.add_argument("--rows", type=int, default=8)
         writer.add_argument("--cols", type=int, default=8)
         writer.add_argument("-o", "--output", required=True)
+        writer.add_argument("--allow-large", action="store_true",
+                            help="generate a design over the on-chip memory limit (hdl.build.MEMORY_LIMIT_BITS)")
     saver = commands.add_parser("save-model", help="save a shipped model, quantized, for --model-file")
     saver.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME", help=_MODEL_HELP)
     saver.add_argument("-o", "--output", required=True, help="the .npz file to write")
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
     else:
         model = shipped_model(command, args.model)
     try:
-        top = build_top(model, config)
+        top = build_top(model, config, allow_large=args.allow_large)
     except (TypeError, ValueError) as error:             # the model does not fit this configuration
         command.error(str(error))
     text = to_verilog(top) if args.command == "verilog" else to_vhdl(top)

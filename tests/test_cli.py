@@ -63,3 +63,25 @@ def test_generated_files_follow_the_umask(tmp_path):
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "a.v").st_mode) == 0o644
     assert stat.S_IMODE(os.stat(tmp_path / "b.v").st_mode) == 0o600
+
+
+def test_size_guard_stops_before_generating(tmp_path, capsys):
+    """Linear(16384, 1024) spent 623 s and 2.7 GB on 136 MB of Verilog with no warning."""
+    import numpy as np
+
+    from hdl.build import MEMORY_LIMIT_BITS, check_size
+    from hdl.compiler.program import lower
+    from hdl.config import AcceleratorConfig
+    from tests.test_lowering import dense_model
+    big = dense_model(np.ones((1024, 4096), dtype=np.int8), np.zeros(1024, dtype=np.int32))
+    program = lower(big, AcceleratorConfig())
+    assert sum(program.memory_bits.values()) > MEMORY_LIMIT_BITS
+    with pytest.raises(ValueError, match=r"^m: the design needs 32\.\d Mbit of on-chip memory \(weights 32\.0, .*"
+                                         r"over the 32 Mbit limit; its Verilog would be about \d+ MB\. Allow it"):
+        check_size(program)
+    check_size(program, allow_large=True)
+    path = tmp_path / "big.npz"
+    save_model(big, path)
+    out = tmp_path / "big.v"
+    err = _error(capsys, hdl_main, ["verilog", "--model-file", str(path), "-o", str(out)])
+    assert "over the 32 Mbit limit" in err and "--allow-large" in err and not out.exists()

@@ -131,6 +131,18 @@ class Program:
         return [op for op in self.ops if isinstance(op, GemmOp)]
 
     @property
+    def memory_bits(self) -> dict[str, int]:
+        """On-chip memory of the generated design, in bits, by memory."""
+        cfg = self.config
+        params = len(self.bias)
+        return {"weights": int(self.weight_tiles.size) * cfg.data_bits,
+                "activations": self.activation_words * cfg.bank_width * cfg.data_bits,
+                "accumulators": cfg.accumulator_depth * cfg.cols * cfg.accumulator_bits,
+                "biases": params * cfg.cols * cfg.accumulator_bits,
+                "requantization": params * (cfg.cols * (sem.MULTIPLIER_BITS + sem.SHIFT_MAX.bit_length())
+                                            + 3 * cfg.data_bits)}
+
+    @property
     def accumulator_bits_needed(self) -> int:
         """The narrowest accumulator this program's layers provably never overflow."""
         return max(op.accumulator_bits_needed for op in self.gemm_ops)
