@@ -1,0 +1,376 @@
+"""``WeightMemory`` and ``GemmEngine`` on Amaranth's simulator, against Python models.
+
+* ``WeightMemory``: random tile ROMs read at random addresses, one a cycle; PE ``(r, c)``
+  must show the tile addressed ``r + c + LATENCY`` cycles earlier (the class docstring).
+* ``GemmEngine``: fed by a ``StepGenerator`` (connected as the top level connects them),
+  with a Python activation memory (one-cycle reads, lane-masked writes) holding the input
+  tensor; every write is recorded and applied, and the output tensor is compared exactly
+  with the integer reference (:mod:`pytorch_ref.reference`).
+"""
+import gc
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from amaranth import Elaboratable, Module
+from amaranth.hdl import UnusedElaboratable
+from amaranth.lib import wiring
+
+from hdl.compiler.program import GemmOp, lower
+from hdl.compiler.widths import Widths, bits_for
+from hdl.config import AcceleratorConfig
+from hdl.gateware.gemm_engine import GemmEngine
+from hdl.gateware.step_generator import StepGenerator, gemm_params, gemm_params_layout
+from hdl.gateware.weight_memory import WeightMemory
+from hdl.host import pack_input
+from pytorch_ref.ir import integer_semantics as sem
+from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, QuantizedModel, QuantParams,
+                                            Requantization)
+from pytorch_ref.reference import run_integer_reference, run_layer
+from tests.component_sim import run_bench
+
+
+# --- WeightMemory ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows, cols, tiles, seed", [(2, 3, 5, 0), (3, 2, 11, 1), (4, 4, 20, 2), (1, 1, 7, 3),
+                                                     (1, 4, 9, 4), (3, 1, 16, 5)])
+def test_weight_memory_delivers_tiles_in_diagonal_skew(rows, cols, tiles, seed):
+    rng = np.random.default_rng(seed)
+    rom = rng.integers(-128, 128, (tiles, rows, cols)).astype(np.int8)
+    # One spare address bit: the ROM is only ever addressed below ``tiles``.
+    dut = WeightMemory(rom, bits_for(tiles - 1) + 1)
+    cycles = 120
+    # Random addresses, with runs of one address and the first and last tiles included.
+    addrs = [int(a) for a in rng.integers(0, tiles, cycles)]
+    addrs[10:14] = [0] * 4
+    addrs[30:33] = [tiles - 1] * 3
+    fill = rows + cols - 2 + WeightMemory.LATENCY          # the deepest PE's delay
+    checked = []
+
+    async def bench(ctx):
+        for n, addr in enumerate(addrs):
+            ctx.set(dut.addr, addr)
+            # The weights are registers: what is seen now was settled by the last edge.
+            seen = ctx.get(dut.weights)
+            if n >= fill:
+                for r in range(rows):
+                    for c in range(cols):
+                        source = n - (r + c + WeightMemory.LATENCY)
+                        want = int(rom[addrs[source], r, c])
+                        got = int(seen[r][c])
+                        assert got == want, (f"cycle {n}, PE ({r}, {c}): expected tile {addrs[source]} "
+                                             f"(addressed at cycle {source}) = {want}, got {got}")
+                checked.append(n)
+            await ctx.tick()
+
+    run_bench(dut, bench)
+    assert len(checked) == cycles - fill
+
+
+def test_weight_memory_rejects_empty_or_flat_tiles():
+    with warnings.catch_warnings():
+        # The rejected components are never elaborated, which Amaranth warns about when
+        # they are collected.
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        with pytest.raises(ValueError, match="non-empty"):
+            WeightMemory(np.zeros((0, 2, 2), np.int8), 1)
+        with pytest.raises(ValueError, match="non-empty"):
+            WeightMemory(np.zeros((4, 4), np.int8), 2)
+        gc.collect()
+
+
+# --- GemmEngine -----------------------------------------------------------------------------
+
+def _requant(rng, n: int, acc_scale: float, zero_point: int, clamp_min: int, clamp_max: int = 127):
+    """Random multipliers in ``[2**30, 2**31)``; shifts that bring accumulators of about
+    ``acc_scale`` to about 60 codes, so that outputs spread over int8 and some clamp."""
+    base = 31 + max(0, int(np.round(np.log2(max(acc_scale, 1.0) / 60.0))))
+    shift = np.clip(base + rng.integers(-1, 2, n), sem.SHIFT_MIN, sem.SHIFT_MAX).astype(np.int64)
+    multiplier = rng.integers(2 ** 30, 2 ** 31, n).astype(np.int64)
+    return Requantization(multiplier, shift, zero_point, clamp_min, clamp_max)
+
+
+def _weighted(rng, cls, name, weight_shape, zp_in, **kwargs):
+    weight = rng.integers(-70, 71, weight_shape).astype(np.int8)
+    n = weight_shape[0]
+    fan_in = int(np.prod(weight_shape[1:]))
+    acc_scale = np.sqrt(fan_in) * 40 * 75                  # |w| ~ 40, |x - zp| ~ 75
+    rq = _requant(rng, n, acc_scale, zero_point=int(rng.integers(-10, 10)), clamp_min=-120, clamp_max=118)
+    bias = rng.integers(-3000, 3001, n).astype(np.int32)
+    return cls(name, weight, bias, QuantParams(0.05, zp_in), QuantParams(0.1, rq.zero_point), rq, **kwargs)
+
+
+def conv_dense_program(rows, cols):
+    """A 3x3 convolution (padding (1, 2), stride (2, 1), input zero point 7) on 5 channels,
+    5 outputs, then flatten and a dense layer (a full-image kernel) to 4 outputs, with
+    input zero point -9; batch 2, accumulators of 5 over 2 x 12 pixels."""
+    rng = np.random.default_rng(40 + 10 * rows + cols)
+    conv = _weighted(rng, Conv2dLayer, "conv", (5, 5, 3, 3), 7, stride=(2, 1), padding=(1, 2))
+    fc = _weighted(rng, DenseLayer, "fc", (4, 5 * 3 * 4), -9)
+    model = QuantizedModel("conv_dense", (5, 5, 2), QuantParams(0.05, 7), (conv, FlattenLayer("flat"), fc))
+    config = AcceleratorConfig(rows=rows, cols=cols, accumulator_depth=5, input_bus_bits=64)
+    return lower(model, config, batch=2), model
+
+
+def dense_program(rows, cols, batch, depth):
+    """One dense layer, 11 inputs to 7 outputs, input zero point -4."""
+    rng = np.random.default_rng(70 + 10 * rows + cols + batch)
+    fc = _weighted(rng, DenseLayer, "fc", (7, 11), -4)
+    model = QuantizedModel("dense", (11,), QuantParams(0.05, -4), (fc,))
+    config = AcceleratorConfig(rows=rows, cols=cols, accumulator_depth=depth, input_bus_bits=64)
+    return lower(model, config, batch=batch), model
+
+
+class _StepsAndEngine(Elaboratable):
+    """A StepGenerator feeding a GemmEngine, connected as the top level connects them."""
+
+    def __init__(self, program):
+        cfg = program.config
+        widths = Widths.of(program)
+        self.widths = widths
+        self.gen = StepGenerator(widths, cfg.bank_width // cfg.rows, cfg.bank_width // cfg.cols)
+        self.gemm = GemmEngine(program, widths)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.gen = self.gen
+        m.submodules.gemm = self.gemm
+        wiring.connect(m, self.gen.steps, self.gemm.steps)
+        return m
+
+
+def _input_words(program, codes, bank):
+    """The loader's words: ``pack_input``'s beats split into ``[words, bank]`` lanes."""
+    words = []
+    per_beat = program.words_per_beat
+    for beat in pack_input(program, codes):
+        raw = beat.to_bytes(per_beat * bank, "little")
+        for w in range(per_beat):
+            words.append([int(v) for v in np.frombuffer(raw[w * bank:(w + 1) * bank], np.int8)])
+    return words[:program.input.words]
+
+
+def _tensor(mem, p, bank):
+    """``[images, C, H, W]`` from the memory model (channels-last words)."""
+    out = np.zeros((p.images, p.channels, p.height, p.width), np.int64)
+    for img in range(p.images):
+        for y in range(p.height):
+            for x in range(p.width):
+                for c in range(p.channels):
+                    out[img, c, y, x] = mem[p.base + ((img * p.height + y) * p.width + x) * p.words_per_pixel
+                                            + c // bank][c % bank]
+    return out
+
+
+def _run_gemm_ops(program, mem):
+    """Runs the program's GEMM ops in order on one StepGenerator + GemmEngine, on the
+    memory model ``mem`` (modified in place). Returns, per op, the memory before it, the
+    writes ``(cycle, addr, data, lanes)`` and the cycles of its steps with ``last`` set."""
+    bank = program.config.bank_width
+    dut = _StepsAndEngine(program)
+    gen, gemm = dut.gen, dut.gemm
+    layout = gemm_params_layout(dut.widths)
+    latency = gemm.write_latency
+    results = []
+
+    async def bench(ctx):
+        for op in program.gemm_ops:
+            before = [list(w) for w in mem]
+            ctx.set(gen.params, layout.const(gemm_params(op)))
+            ctx.set(gemm.zero_point, op.input_zero_point)
+            await ctx.tick()
+            assert not ctx.get(gen.busy) and not ctx.get(gemm.write.valid)
+            ctx.set(gen.start, 1)
+            writes, steps, last_steps = [], [], []
+            cycle, idle = 0, 0
+            # Until the generator is idle and the pipeline has had ample time to drain.
+            while idle < latency + 12:
+                if ctx.get(gemm.steps.valid):
+                    step = ctx.get(gemm.steps.payload)
+                    steps.append(cycle)
+                    if step.last:
+                        last_steps.append(cycle)
+                    if not step.pad:
+                        assert step.act_addr < len(mem), f"{op.name}: step reads word {step.act_addr}"
+                addr = ctx.get(gemm.read.addr)
+                write = None
+                if ctx.get(gemm.write.valid):
+                    payload = ctx.get(gemm.write.payload)
+                    write = (cycle, payload.addr, [int(v) for v in payload.data], payload.lanes)
+                    writes.append(write)
+                await ctx.tick()
+                ctx.set(gen.start, 0)
+                # The edge reads the old word and applies the write, lane by lane.
+                data = list(mem[addr]) if addr < len(mem) else [0] * bank
+                if write is not None:
+                    _, waddr, wdata, lanes = write
+                    assert waddr < len(mem), f"{op.name}: write to word {waddr} past the memory"
+                    for lane in range(bank):
+                        if lanes >> lane & 1:
+                            mem[waddr][lane] = wdata[lane]
+                ctx.set(gemm.read.data, data)
+                idle = idle + 1 if not ctx.get(gen.busy) else 0
+                cycle += 1
+                assert cycle < op.steps + latency + 60, f"{op.name}: busy never fell"
+            results.append((op, before, writes, steps, last_steps))
+
+    run_bench(dut, bench)
+    return results, latency
+
+
+def _check_op_writes(program, op: GemmOp, before, after, writes, steps, last_steps, latency):
+    cfg = program.config
+    bank, cols = cfg.bank_width, cfg.cols
+    dst = op.dest
+    # One step a cycle, all of them.
+    assert len(steps) == op.steps and steps == list(range(steps[0], steps[0] + op.steps)), f"{op.name}: steps"
+    # Each lane of the n tiles' groups of each output pixel written exactly once.
+    counts = {}
+    for _, addr, _, lanes in writes:
+        assert dst.base <= addr < dst.base + dst.words, f"{op.name}: write to word {addr} outside {dst}"
+        for lane in range(bank):
+            if lanes >> lane & 1:
+                counts[addr, lane] = counts.get((addr, lane), 0) + 1
+    want = {}
+    for pixel in range(dst.pixels):
+        for channel in range(op.n_tiles * cols):
+            want[dst.base + pixel * dst.words_per_pixel + channel // bank, channel % bank] = 1
+    assert counts == want, f"{op.name}: lanes written (count != 1 or missing): " \
+                           f"{sorted(set(counts.items()) ^ set(want.items()))[:8]}"
+    # Words outside the destination keep their contents.
+    assert all(after[a] == before[a] for a in range(len(before)) if not dst.base <= a < dst.base + dst.words)
+    # Lanes of padded output channels (no weights, bias 0, multiplier 0): the zero point, clamped.
+    p = op.param_base
+    pad_code = int(sem.requantize_half_up(np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1, np.int64),
+                                          int(program.zero_point[p]), int(program.clamp_min[p]),
+                                          int(program.clamp_max[p]))[0])
+    for (addr, lane) in want:
+        channel = ((addr - dst.base) % dst.words_per_pixel) * bank + lane
+        if channel >= dst.channels:
+            assert after[addr][lane] == pad_code, f"{op.name}: padded channel {channel} at word {addr}"
+    # Every write comes exactly ``write_latency`` cycles after a step that ends a pass, in order.
+    assert [c for c, _, _, _ in writes] == [c + latency for c in last_steps], f"{op.name}: write timing"
+    assert writes[-1][0] - steps[-1] <= latency
+
+
+def _check_program(program, model, seed, codes=None, spread=True):
+    """Runs every GEMM op of ``program`` on random int8 input codes (or ``codes``) and
+    checks each op's writes and output, and the program's output."""
+    bank = program.config.bank_width
+    rng = np.random.default_rng(seed)
+    if codes is None:
+        codes = rng.integers(-128, 128, (program.batch,) + tuple(model.input_shape)).astype(np.int8)
+        codes.flat[:min(4, codes.size)] = [-128, 127, -128, 127][:min(4, codes.size)]
+    # Random words everywhere (the engine must not depend on unused lanes), then the input.
+    mem = [[int(v) for v in rng.integers(-128, 128, bank)] for _ in range(program.activation_words)]
+    src = program.input
+    words = _input_words(program, codes, bank)
+    assert len(words) == src.words
+    for index, word in enumerate(words):
+        for lane, value in enumerate(word):
+            # Lanes past the input channels: junk (their weights are zero).
+            if (index % src.words_per_pixel) * bank + lane < src.channels:
+                mem[src.base + index][lane] = value
+    results, latency = _run_gemm_ops(program, mem)
+    assert [r[0] for r in results] == program.gemm_ops
+
+    # Per op: its writes, and its output against the reference layer on the same source.
+    layers = {layer.name: layer for layer in model.layers}
+    shapes = dict(zip([layer.name for layer in model.layers], model.shapes[:-1]))
+    for index, (op, before, writes, steps, last_steps) in enumerate(results):
+        after = results[index + 1][1] if index + 1 < len(results) else mem
+        _check_op_writes(program, op, before, after, writes, steps, last_steps, latency)
+        layer = layers[op.name]
+        source = torch.as_tensor(_tensor(before, op.source, bank), dtype=torch.int8)
+        source = source.reshape((op.source.images,) + tuple(shapes[op.name]) if isinstance(layer, Conv2dLayer)
+                                else (op.source.images, -1))
+        want = run_layer(layer, source).numpy().astype(np.int64)
+        got = _tensor(after, op.dest, bank).reshape(want.shape)
+        np.testing.assert_array_equal(got, want, err_msg=op.name)
+
+    # The whole program against the integer reference on the int8 input.
+    reference = run_integer_reference(model, torch.as_tensor(codes), device="cpu").numpy().astype(np.int64)
+    got = _tensor(mem, program.output, bank).reshape(reference.shape)
+    np.testing.assert_array_equal(got, reference)
+    if spread:
+        assert len(np.unique(reference)) > 4       # the requantization does not squash everything
+
+
+@pytest.mark.parametrize("rows, cols", [(3, 2), (2, 2), (2, 3)])
+def test_conv_then_dense_matches_reference(rows, cols):
+    program, model = conv_dense_program(rows, cols)
+    conv, fc = program.gemm_ops
+    # The program exercises what it claims to.
+    assert conv.padding == (1, 2) and conv.input_zero_point == 7 and fc.input_zero_point == -9
+    assert conv.channel_tiles > 1 and conv.n_tiles > 1 and fc.channel_tiles > 1 and fc.n_tiles > 1
+    assert conv.block == 5 and conv.pixels == 24 and conv.pixels % conv.block
+    assert fc.kernel == (3, 4) and fc.pixels == 2
+    _check_program(program, model, seed=rows * 10 + cols)
+
+
+@pytest.mark.parametrize("rows, cols, batch, depth", [(2, 3, 3, 2), (3, 2, 1, 4), (2, 2, 2, 1)])
+def test_dense_matches_reference(rows, cols, batch, depth):
+    """Batches over several blocks, and batch 1: the same accumulator every cycle."""
+    program, model = dense_program(rows, cols, batch, depth)
+    op, = program.gemm_ops
+    assert op.channel_tiles > 1 and op.n_tiles > 1 and op.input_zero_point == -4
+    assert op.block == min(batch, depth)
+    _check_program(program, model, seed=100 + batch)
+
+
+def _random_conv_program(seed):
+    """A random convolution on a random array shape (rows 3 with cols 4 makes 12-lane
+    words: 4 channel groups and 3 output groups a word), random accumulator depth, batch
+    and input zero point, kept under 1,200 steps."""
+    rng = np.random.default_rng(900 + seed)
+    while True:
+        rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))
+        c_in, c_out = int(rng.integers(1, 8)), int(rng.integers(1, 8))
+        h, w = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+        kernel = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        padding = (int(rng.integers(0, kernel[0] + 1)), int(rng.integers(0, kernel[1] + 1)))
+        if h + 2 * padding[0] < kernel[0] or w + 2 * padding[1] < kernel[1]:
+            continue
+        zp = int(rng.integers(-20, 21))
+        conv = _weighted(rng, Conv2dLayer, "conv", (c_out, c_in) + kernel, zp, stride=stride, padding=padding)
+        model = QuantizedModel("random", (c_in, h, w), QuantParams(0.05, zp), (conv,))
+        config = AcceleratorConfig(rows=rows, cols=cols, accumulator_depth=int(rng.integers(1, 9)))
+        program = lower(model, config, batch=int(rng.integers(1, 3)))
+        if program.ops[0].steps <= 1200:
+            return program, model
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_conv_matches_reference(seed):
+    program, model = _random_conv_program(seed)
+    _check_program(program, model, seed=seed, spread=False)
+
+
+def test_tight_accumulator_at_both_extremes():
+    """Accumulators exactly as wide as lowering proves necessary, and inputs that reach
+    both ends of every output's range (image 2n the greatest sum of output n, image 2n + 1
+    the least): sign extension of the bias ROM, the array and the accumulator memory at
+    the limit, and the limit reached."""
+    rng = np.random.default_rng(5)
+    weight = rng.choice([-127, -126, 127, 126, 0], (5, 9)).astype(np.int8)
+    zp = 3
+    bias = rng.integers(-20000, 20001, 5).astype(np.int32)
+    fan_bound = float(np.abs(weight.astype(np.int64)).sum(axis=1).max() * 128)
+    rq = _requant(rng, 5, fan_bound / 2, zero_point=0, clamp_min=-128)
+    fc = DenseLayer("fc", weight, bias, QuantParams(0.05, zp), QuantParams(0.1, 0), rq)
+    model = QuantizedModel("tight", (9,), QuantParams(0.05, zp), (fc,))
+    need = lower(model, AcceleratorConfig(rows=2, cols=2)).accumulator_bits_needed
+    assert need > 17
+    config = AcceleratorConfig(rows=2, cols=2, accumulator_depth=3, accumulator_bits=need, input_bus_bits=64)
+    program = lower(model, config, batch=10)
+    with pytest.raises(ValueError, match="accumulator bits"):
+        lower(model, AcceleratorConfig(rows=2, cols=2, accumulator_bits=need - 1))
+    codes = np.stack([np.where(weight[n] > 0, hi, lo) for n in range(5) for hi, lo in ((127, -128), (-128, 127))])
+    codes = codes.astype(np.int8)
+    # The sums the hardware forms (raw codes, the zero point folded into the bias) need
+    # all ``need`` bits.
+    sums = codes.astype(np.int64) @ weight.T.astype(np.int64) + program.bias.reshape(-1)[:5]
+    assert max(sem.signed_bits(v, v) for v in sums.flat) == need
+    _check_program(program, model, seed=7, codes=codes, spread=False)
