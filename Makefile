@@ -41,7 +41,7 @@ sim: setup
 	$(PY) -m sim --model $(MODEL) --rows $(ROWS) --cols $(COLS) --simulator $(SIM) --inputs $(INPUTS)
 
 test: setup
-	$(PY) -m pytest -q -n $(JOBS) -m "not slow"
+	$(PY) -m pytest -q -n $(JOBS) -m "not slow" --durations=15
 
 test-all: setup
 	$(PY) -m pytest -q -n $(JOBS)

@@ -59,6 +59,7 @@ def _environment():
             os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " " + flag).strip()
 
 
+_CONSTANT_ALWAYS = re.compile(r"^(\s*)always @\*\n\s+([^\n;=]+?) = (\d+'[hbd][0-9a-fA-F_]+);$", re.M)
 _TIME_ZERO_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) += 0;$", re.M)
 
 
@@ -70,8 +71,13 @@ def icarus_time_zero_fix(verilog_text: str) -> str:
     before any block waits on it, so a block whose real inputs never change (e.g. a
     decode of an FSM that sits in its reset state) would stay X. Toggling the dummy at
     1 ps triggers them all. Simulation only; synthesis ignores initial blocks.
+
+    Yosys writes a constant driver (e.g. an output port a component ties to zero) as an
+    ``always @*`` block that reads nothing and has no dummy, so Icarus never runs it: it
+    becomes an ``initial`` assignment.
     """
     fixed, count = _TIME_ZERO_TRIGGER.subn(r"\1reg \2 = 0;\n\1initial #1 \2 = 1;", verilog_text)
+    fixed = _CONSTANT_ALWAYS.sub(r"\1initial \2 = \3;", fixed)
     return fixed
 
 
