@@ -14,6 +14,15 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 
+def _pack_lanes(lanes: np.ndarray, bits: int) -> list[int]:
+    """``[words, lanes]`` signed values to words, lane 0 in the least significant bits."""
+    if bits == 8:                      # the common case, as bytes: fast on big ROMs
+        raw = lanes.astype(np.int8).view(np.uint8)
+        return [int.from_bytes(row.tobytes(), "little") for row in raw]
+    mask = (1 << bits) - 1
+    return [sum((int(v) & mask) << (i * bits) for i, v in enumerate(row)) for row in lanes]
+
+
 def diagonal_members(rows: int, cols: int, d: int) -> list[tuple[int, int]]:
     return [(r, d - r) for r in range(rows) if 0 <= d - r < cols]
 
@@ -48,16 +57,10 @@ class WeightMemory(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         rows, cols, bits = self._rows, self._cols, self._data_bits
-        mask = (1 << bits) - 1
         addr = self.addr
         for d in range(rows + cols - 1):
             members = diagonal_members(rows, cols, d)
-            init = []
-            for tile in self._tiles:
-                word = 0
-                for index, (r, c) in enumerate(members):
-                    word |= (int(tile[r, c]) & mask) << (index * bits)
-                init.append(word)
+            init = _pack_lanes(self._tiles[:, [r for r, _ in members], [c for _, c in members]], bits)
             # Raw words (lanes packed little-endian) initialise much faster than views.
             bank = memory.Memory(shape=unsigned(bits * len(members)), depth=len(self._tiles), init=init)
             m.submodules[f"bank{d}"] = bank

@@ -2,6 +2,10 @@
 the text depends only on the design."""
 from amaranth.back import verilog
 
+from hdl.writers import fast_rom
+
+fast_rom.install()
+
 #: Name of the generated top-level module / entity (the original sketch's).
 TOP_NAME = "neural_network_accelerator"
 
