@@ -4,6 +4,8 @@
 ticking long after a short testbench ends; component tests here stop with their
 testbench instead, and bound their own loops.
 """
+import numpy as np
+
 from amaranth.sim import Simulator
 
 
@@ -14,3 +16,16 @@ def run_bench(dut, testbench, *, clock: bool = True):
         sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.run()
+
+
+def read_tensor(mem, placement, bank: int):
+    """``[images, C, H, W]`` from a memory model of channels-last words of ``bank`` lanes."""
+    p = placement
+    out = np.zeros((p.images, p.channels, p.height, p.width), np.int64)
+    for img in range(p.images):
+        for y in range(p.height):
+            for x in range(p.width):
+                for c in range(p.channels):
+                    out[img, c, y, x] = mem[p.base + ((img * p.height + y) * p.width + x) * p.words_per_pixel
+                                            + c // bank][c % bank]
+    return out

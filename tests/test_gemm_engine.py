@@ -28,7 +28,7 @@ from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, QuantizedModel, QuantParams,
                                             Requantization)
 from pytorch_ref.reference import run_integer_reference, run_layer
-from tests.component_sim import run_bench
+from tests.component_sim import run_bench, read_tensor
 
 
 # --- WeightMemory ---------------------------------------------------------------------------
@@ -151,18 +151,6 @@ def _input_words(program, codes, bank):
     return words[:program.input.words]
 
 
-def _tensor(mem, p, bank):
-    """``[images, C, H, W]`` from the memory model (channels-last words)."""
-    out = np.zeros((p.images, p.channels, p.height, p.width), np.int64)
-    for img in range(p.images):
-        for y in range(p.height):
-            for x in range(p.width):
-                for c in range(p.channels):
-                    out[img, c, y, x] = mem[p.base + ((img * p.height + y) * p.width + x) * p.words_per_pixel
-                                            + c // bank][c % bank]
-    return out
-
-
 def _run_gemm_ops(program, mem):
     """Runs the program's GEMM ops in order on one StepGenerator + GemmEngine, on the
     memory model ``mem`` (modified in place). Returns, per op, the memory before it, the
@@ -282,16 +270,16 @@ def _check_program(program, model, seed, codes=None, spread=True):
         after = results[index + 1][1] if index + 1 < len(results) else mem
         _check_op_writes(program, op, before, after, writes, steps, last_steps, latency)
         layer = layers[op.name]
-        source = torch.as_tensor(_tensor(before, op.source, bank), dtype=torch.int8)
+        source = torch.as_tensor(read_tensor(before, op.source, bank), dtype=torch.int8)
         source = source.reshape((op.source.images,) + tuple(shapes[op.name]) if isinstance(layer, Conv2dLayer)
                                 else (op.source.images, -1))
         want = run_layer(layer, source).numpy().astype(np.int64)
-        got = _tensor(after, op.dest, bank).reshape(want.shape)
+        got = read_tensor(after, op.dest, bank).reshape(want.shape)
         np.testing.assert_array_equal(got, want, err_msg=op.name)
 
     # The whole program against the integer reference on the int8 input.
     reference = run_integer_reference(model, torch.as_tensor(codes), device="cpu").numpy().astype(np.int64)
-    got = _tensor(mem, program.output, bank).reshape(reference.shape)
+    got = read_tensor(mem, program.output, bank).reshape(reference.shape)
     np.testing.assert_array_equal(got, reference)
     if spread:
         assert len(np.unique(reference)) > 4       # the requantization does not squash everything

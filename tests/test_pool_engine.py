@@ -12,7 +12,7 @@ from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, MaxPool2dLayer, QuantizedModel, QuantParams,
                                             Requantization)
 from pytorch_ref.reference import run_layer
-from tests.component_sim import run_bench
+from tests.component_sim import run_bench, read_tensor
 
 
 def _program(rows, cols, batch):
@@ -26,19 +26,6 @@ def _program(rows, cols, batch):
     model = QuantizedModel("pools", (2, 5, 5), QuantParams(0.1, 0), (conv,) + pools)
     program = lower(model, AcceleratorConfig(rows=rows, cols=cols, input_bus_bits=64), batch=batch)
     return program, pools
-
-
-def _tensor(mem, placement, bank):
-    """``[images, C, H, W]`` from the memory model (channels-last words)."""
-    p = placement
-    out = np.zeros((p.images, p.channels, p.height, p.width), np.int64)
-    for img in range(p.images):
-        for y in range(p.height):
-            for x in range(p.width):
-                for c in range(p.channels):
-                    out[img, c, y, x] = mem[p.base + ((img * p.height + y) * p.width + x) * p.words_per_pixel
-                                            + c // bank][c % bank]
-    return out
 
 
 def _lanewise_pool(mem, op: PoolOp, bank):
@@ -158,9 +145,9 @@ def _check_pool_ops(program, layers, seed):
         assert all(after[a] == before[a] for a in range(len(before)) if a not in want)
         # The channels against the integer reference (PyTorch max-pool, -128 padding).
         layer = next(l for l in layers if l.name == op.name)
-        source = torch.as_tensor(_tensor(before, op.source, bank), dtype=torch.int8)
+        source = torch.as_tensor(read_tensor(before, op.source, bank), dtype=torch.int8)
         reference = run_layer(layer, source).numpy().astype(np.int64)
-        np.testing.assert_array_equal(_tensor(after, op.dest, bank), reference, err_msg=op.name)
+        np.testing.assert_array_equal(read_tensor(after, op.dest, bank), reference, err_msg=op.name)
         # One read a cycle, no stalls: the op takes its reads plus the pipeline's depth.
         assert op.steps <= cycles <= op.steps + 8, f"{op.name}: {cycles} cycles for {op.steps} reads"
 
@@ -191,10 +178,10 @@ def test_padding_never_wins():
                 mem[write[0]] = write[1]
 
     run_bench(dut, bench)
-    out = _tensor(mem, dst, bank)[0, 1]
+    out = read_tensor(mem, dst, bank)[0, 1]
     # 5x5 input, 3x3 windows at stride 2 from -1: column x = 4 lies only in ox = 2 (x 3..5),
     # row y = 2 only in oy = 1 (y 1..3).
     want = np.full((3, 3), -128)
     want[1, 2] = -127
     np.testing.assert_array_equal(out, want)
-    assert (_tensor(mem, dst, bank)[0, [0, 2, 3, 4]] == -128).all()
+    assert (read_tensor(mem, dst, bank)[0, [0, 2, 3, 4]] == -128).all()
