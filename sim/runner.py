@@ -6,7 +6,6 @@ import re
 import shutil
 import os
 import pickle
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -20,7 +20,7 @@ SHAPES = [(8, 8), (4, 4), (4, 8)]
 @pytest.mark.parametrize("model", ["linear", "mlp"])
 def test_dense_models_match_reference(model, rows, cols, simulator, simulate_case):
     case = random_case(model, AcceleratorConfig(rows=rows, cols=cols), count=4, seed=rows * 10 + cols)
-    report = simulate_case(case, simulator, seed=rows + cols)
+    simulate_case(case, simulator, seed=rows + cols)
 
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
@@ -61,7 +61,7 @@ def test_conv_blocks_match_reference(model, rows, cols, simulator, simulate_case
     pointwise convolutions (dwsep), with non-zero input zero points on padding."""
     case = random_case(model, AcceleratorConfig(rows=rows, cols=cols), count=2, seed=rows + cols)
     assert any(op.input_zero_point != 0 for op in case.program.gemm_ops)
-    report = simulate_case(case, simulator, seed=rows * cols)
+    simulate_case(case, simulator, seed=rows * cols)
 
 
 # Icarus runs the CNN at a few thousand cycles a second (140k cycles an inference on
@@ -100,7 +100,7 @@ def test_strided_padded_convolution_matches_reference(simulate_case):
     quantized = quantize_model(model.eval(), calibration, name="strided")
     assert quantized.input_quant.zero_point != 0
     case = make_case(quantized, AcceleratorConfig(rows=4, cols=4), torch.randn(3, 3, 13, 11))
-    report = simulate_case(case, seed=2)
+    simulate_case(case, seed=2)
 
 
 @pytest.mark.slow
@@ -119,7 +119,7 @@ def test_batches_match_reference(model, rows, cols, batch, simulate_case):
     convolutions and pooling walk image after image."""
     case = random_case(model, AcceleratorConfig(rows=rows, cols=cols), count=2, seed=4, batch=batch)
     assert case.program.batch == batch and case.inputs[0].shape[0] == batch
-    report = simulate_case(case, seed=batch)
+    simulate_case(case, seed=batch)
 
 
 def test_reset_in_mid_inference_and_long_back_pressure(simulate_case):

@@ -1,7 +1,7 @@
 """The fast ``$meminit_v2`` emission gives the same RTLIL as Amaranth's own."""
 import numpy as np
 import pytest
-from amaranth import Module, Signal
+from amaranth import Module
 from amaranth.back import rtlil
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hdl.compiler.program import GemmOp, PoolOp, Program
+from hdl.compiler.program import GemmOp, Program
 
 
 def bits_for(value: int) -> int:

@@ -5,7 +5,7 @@ program. Only one op runs at a time, so arbitration is a selection: the sequence
 the reader (:class:`Reader`); writes never collide (the loader writes only while nothing
 runs, an op writes only its own output), and a fixed priority picks among them.
 """
-from amaranth import Module, Signal, signed, unsigned
+from amaranth import Module, signed, unsigned
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 from torch.ao.quantization.observer import PerChannelMinMaxObserver
 
 from pytorch_ref.ir import integer_semantics as sem
-from pytorch_ref.ir.quantized_model import QuantizedModel, QuantParams, Requantization
+from pytorch_ref.ir.quantized_model import QuantParams, Requantization
 
 def quantize_weight(weight: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Per-output-channel symmetric int8 weights in [-127, 127]; returns (codes, scales)."""

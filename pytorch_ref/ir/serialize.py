@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import zipfile
-from pathlib import Path
 
 import numpy as np
 
