@@ -3,7 +3,8 @@
 A beat carries ``words_per_beat`` activation-memory words (see :mod:`hdl.compiler.program`), word
 ``w`` of the beat in bits ``[w * B * 8, (w + 1) * B * 8)``, lane ``l`` of a word in bits
 ``[l * 8, l * 8 + 8)`` as two's complement. The tensor is channels-last, each pixel's
-channels padded with zeros to a whole number of words.
+channels padded with zeros to a whole number of words, or packed without padding when the
+program's input is (see :mod:`hdl.compiler.program`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ def tensor_to_words(placement: TensorPlacement, bank_width: int, codes: np.ndarr
     codes = np.asarray(codes)
     p = placement
     nchw = codes.reshape(p.images, p.channels, p.height, p.width)
+    if p.packed_lanes:
+        packed = np.zeros(p.words * bank_width, np.int8)
+        packed[:p.pixels * p.channels] = nchw.transpose(0, 2, 3, 1).reshape(-1)
+        return packed.reshape(-1, bank_width)
     padded = np.zeros((p.images, p.height, p.width, p.words_per_pixel * bank_width), np.int8)
     padded[..., :p.channels] = nchw.transpose(0, 2, 3, 1)
     return padded.reshape(-1, bank_width)
@@ -26,7 +31,11 @@ def words_to_tensor(placement: TensorPlacement, bank_width: int, words: np.ndarr
                     shape: tuple[int, ...]) -> np.ndarray:
     """The inverse of :func:`tensor_to_words`; ``shape`` is the shape of one image."""
     p = placement
-    nhwc = np.asarray(words, dtype=np.int8).reshape(p.images, p.height, p.width, -1)
+    words = np.asarray(words, dtype=np.int8)
+    if p.packed_lanes:
+        nhwc = words.reshape(-1)[:p.pixels * p.channels].reshape(p.images, p.height, p.width, p.channels)
+    else:
+        nhwc = words.reshape(p.images, p.height, p.width, -1)
     out = nhwc[..., :p.channels].transpose(0, 3, 1, 2)
     return out.reshape(((p.images,) if p.images > 1 else ()) + tuple(shape))
 

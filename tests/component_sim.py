@@ -19,13 +19,18 @@ def run_bench(dut, testbench, *, clock: bool = True):
 
 
 def read_tensor(mem, placement, bank: int):
-    """``[images, C, H, W]`` from a memory model of channels-last words of ``bank`` lanes."""
+    """``[images, C, H, W]`` from a memory model of channels-last words of ``bank`` lanes
+    (packed or not)."""
     p = placement
     out = np.zeros((p.images, p.channels, p.height, p.width), np.int64)
     for img in range(p.images):
         for y in range(p.height):
             for x in range(p.width):
+                pixel = (img * p.height + y) * p.width + x
                 for c in range(p.channels):
-                    out[img, c, y, x] = mem[p.base + ((img * p.height + y) * p.width + x) * p.words_per_pixel
-                                            + c // bank][c % bank]
+                    if p.packed_lanes:
+                        word, lane = divmod(pixel * p.channels + c, bank)
+                    else:
+                        word, lane = pixel * p.words_per_pixel + c // bank, c % bank
+                    out[img, c, y, x] = mem[p.base + word][lane]
     return out

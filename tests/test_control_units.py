@@ -109,6 +109,11 @@ def test_perf_counters_count_the_start_and_stop_cycles():
 
 # --- ActivationMemory -------------------------------------------------------------------------
 
+def _pair(mem, addr, lanes):
+    """Words ``addr`` and ``addr + 1`` (zero past the end: never written)."""
+    return list(mem[addr]) + (list(mem[addr + 1]) if addr + 1 < len(mem) else [0] * lanes)
+
+
 def test_activation_memory_reader_selection_and_write_priority():
     depth, lanes, bits = 12, 4, 8
     dut = ActivationMemory(depth, 4, lanes, bits)
@@ -129,8 +134,8 @@ def test_activation_memory_reader_selection_and_write_priority():
             valids = [bool(rng.random() < 0.4) for _ in writers]
             for index, (port, valid) in enumerate(zip(writers, valids)):
                 addr = int(rng.integers(depth))
-                if valid and addr == addrs[reader]:
-                    addr = (addr + 1) % depth          # read-during-write is left unspecified
+                while valid and addr in (addrs[reader], addrs[reader] + 1):
+                    addr = (addr + 2) % depth          # read-during-write is left unspecified
                 data = [int(v) for v in rng.integers(-128, 128, lanes)]
                 enables = int(rng.integers(0, 1 << lanes))
                 ctx.set(port.valid, valid)
@@ -138,7 +143,7 @@ def test_activation_memory_reader_selection_and_write_priority():
                 if valid and winner is None:
                     winner = (addr, data, enables)
             stats["collisions"] += sum(valids) > 1
-            want = list(mem[addrs[reader]])
+            want = _pair(mem, addrs[reader], lanes)
             await ctx.tick()
             if winner is not None:
                 addr, data, enables = winner
@@ -146,9 +151,11 @@ def test_activation_memory_reader_selection_and_write_priority():
                 for lane in range(lanes):
                     if enables >> lane & 1:
                         mem[addr][lane] = data[lane]
-            # The selected reader's word, one cycle later, on every read port.
+            # The selected reader's word, one cycle later, on every read port (and the
+            # word after it on the GEMM's pair port).
             for r, port in readers.items():
-                assert [int(v) for v in ctx.get(port.data)] == want, f"cycle {t}, reader {reader}, port {r}"
+                got = [int(v) for v in ctx.get(port.data)]
+                assert got == (want if r == Reader.GEMM else want[:lanes]), f"cycle {t}, reader {reader}, port {r}"
             stats["reads"][reader] += 1
         # Read back everything through each reader in turn, with no writes.
         for port in writers:
@@ -158,7 +165,8 @@ def test_activation_memory_reader_selection_and_write_priority():
             for addr in range(depth):
                 ctx.set(port.addr, addr)
                 await ctx.tick()
-                assert [int(v) for v in ctx.get(port.data)] == mem[addr]
+                want = _pair(mem, addr, lanes)
+                assert [int(v) for v in ctx.get(port.data)] == (want if reader == Reader.GEMM else want[:lanes])
 
     run_bench(dut, bench)
     assert stats["collisions"] > 20 and stats["partial"] > 20 and min(stats["reads"].values()) > 50
@@ -198,7 +206,7 @@ def _as_dict(value):
 
 def _window(op):
     src, dst = op.source, op.dest
-    return {"in_base": src.base, "in_h": src.height, "in_w": src.width, "in_cw": src.words_per_pixel,
+    return {"in_base": src.base, "in_h": src.height, "in_w": src.width, "in_cw": src.pixel_stride,
             "in_pixels": src.height * src.width, "kh": op.kernel[0], "kw": op.kernel[1],
             "sh": op.stride[0], "sw": op.stride[1], "ph": op.padding[0], "pw": op.padding[1],
             "out_h": dst.height, "out_w": dst.width}
@@ -209,9 +217,12 @@ def test_op_table_holds_each_ops_constants():
     kinds = [type(op) for op in program.ops]
     assert kinds == [GemmOp, PoolOp, GemmOp, PoolOp, GemmOp]
     dut = OpTable(program, Widths.of(program))
-    # Hand-checked numbers of the first op: 4x4x3 input of a batch of 2 at word 0.
+    # Hand-checked numbers of the first op: 4x4x3 input of a batch of 2, packed at word 2
+    # (after the guard), folded: 3 kernel rows of 9 values in 5 tiles of 2 rows.
     c1 = program.ops[0]
-    assert (c1.source.base, c1.source.words_per_pixel, c1.dest.pixels, c1.block, c1.k_tiles) == (0, 1, 32, 8, 18)
+    assert (c1.source.base, c1.source.pixel_stride, c1.dest.pixels, c1.block) == (2, 3, 32, 8)
+    assert (c1.folded, c1.row_tiles, c1.k_tiles) == (True, 5, 15)
+    assert not any(op.folded for op in program.gemm_ops[1:])
 
     async def bench(ctx):
         for index, op in enumerate(program.ops):
@@ -220,16 +231,21 @@ def test_op_table_holds_each_ops_constants():
             assert ctx.get(dut.is_last) == (index == len(program.ops) - 1)
             assert ctx.get(dut.is_pool) == isinstance(op, PoolOp)
             if isinstance(op, GemmOp):
-                want = {"window": _window(op), "ct_count": op.channel_tiles,
-                        "k_tiles": op.kernel[0] * op.kernel[1] * op.channel_tiles, "nt_count": op.n_tiles,
+                taps_w = op.row_tiles if op.folded else op.kernel[1]
+                want = {"window": _window(op), "folded": int(op.folded), "taps_w": taps_w,
+                        "ct_count": 1 if op.folded else op.channel_tiles,
+                        "k_tiles": op.kernel[0] * taps_w * (1 if op.folded else op.channel_tiles),
+                        "nt_count": op.n_tiles,
                         "block": op.block, "pixels": op.dest.images * op.dest.height * op.dest.width,
                         "out_cw": op.dest.words_per_pixel, "out_base": op.dest.base,
                         "w_base": op.weight_base, "p_base": op.param_base}
                 assert _as_dict(ctx.get(dut.gemm)) == want, op.name
                 assert ctx.get(dut.zero_point) == op.input_zero_point
             else:
+                # Neither pool writes packed here (c2's 5 channels of a 2x1 kernel do not fold).
                 want = {"window": _window(op), "out_base": op.dest.base,
-                        "pixels": op.dest.images * op.dest.height * op.dest.width}
+                        "pixels": op.dest.images * op.dest.height * op.dest.width,
+                        "out_words": op.dest.words_per_pixel, "out_lanes": 0, "last_lanes": 4}
                 assert _as_dict(ctx.get(dut.pool)) == want, op.name
 
     run_bench(dut, bench, clock=False)

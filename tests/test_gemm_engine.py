@@ -129,7 +129,7 @@ class _StepsAndEngine(Elaboratable):
         cfg = program.config
         widths = Widths.of(program)
         self.widths = widths
-        self.gen = StepGenerator(widths, cfg.bank_width // cfg.rows, cfg.bank_width // cfg.cols)
+        self.gen = StepGenerator(widths, cfg, folding=any(op.folded for op in program.gemm_ops))
         self.gemm = GemmEngine(program, widths)
 
     def elaborate(self, platform):
@@ -179,8 +179,9 @@ def _run_gemm_ops(program, mem):
                     steps.append(cycle)
                     if step.last:
                         last_steps.append(cycle)
-                    if not step.pad:
-                        assert step.act_addr < len(mem), f"{op.name}: step reads word {step.act_addr}"
+                    if not step.pad and step.row_lo < step.row_hi:
+                        last_word = step.act_addr + (step.lane + step.row_hi - 1) // bank
+                        assert last_word < len(mem), f"{op.name}: step reads word {last_word}"
                 addr = ctx.get(gemm.read.addr)
                 write = None
                 if ctx.get(gemm.write.valid):
@@ -189,8 +190,8 @@ def _run_gemm_ops(program, mem):
                     writes.append(write)
                 await ctx.tick()
                 ctx.set(gen.start, 0)
-                # The edge reads the old word and applies the write, lane by lane.
-                data = list(mem[addr]) if addr < len(mem) else [0] * bank
+                # The edge reads the old words (two: a pair read) and applies the write, lane by lane.
+                data = [v for a in (addr, addr + 1) for v in (mem[a] if a < len(mem) else [0] * bank)]
                 if write is not None:
                     _, waddr, wdata, lanes = write
                     assert waddr < len(mem), f"{op.name}: write to word {waddr} past the memory"
@@ -258,7 +259,8 @@ def _check_program(program, model, seed, codes=None, spread=True):
     for index, word in enumerate(words):
         for lane, value in enumerate(word):
             # Lanes past the input channels: junk (their weights are zero).
-            if (index % src.words_per_pixel) * bank + lane < src.channels:
+            if (index * bank + lane < src.pixels * src.channels if src.packed_lanes
+                    else (index % src.words_per_pixel) * bank + lane < src.channels):
                 mem[src.base + index][lane] = value
     results, latency = _run_gemm_ops(program, mem)
     assert [r[0] for r in results] == program.gemm_ops
@@ -297,6 +299,17 @@ def test_conv_then_dense_matches_reference(rows, cols):
     _check_program(program, model, seed=rows * 10 + cols)
 
 
+@pytest.mark.parametrize("rows, cols", [(4, 4), (8, 4), (4, 2)])
+def test_folded_conv_then_dense_matches_reference(rows, cols):
+    """5 channels and a 3x3 kernel fold on 4 and 8 rows: each kernel row's 15 values in
+    tiles that straddle taps and words, with the padding (1, 2) masking rows."""
+    program, model = conv_dense_program(rows, cols)
+    conv, fc = program.gemm_ops
+    assert conv.folded and not fc.folded and conv.source.packed_lanes
+    assert conv.k_tiles == 3 * -(-15 // rows) < 9 * conv.channel_tiles
+    _check_program(program, model, seed=rows * 10 + cols)
+
+
 @pytest.mark.parametrize("rows, cols, batch, depth", [(2, 3, 3, 2), (3, 2, 1, 4), (2, 2, 2, 1)])
 def test_dense_matches_reference(rows, cols, batch, depth):
     """Batches over several blocks, and batch 1: the same accumulator every cycle."""
@@ -307,16 +320,20 @@ def test_dense_matches_reference(rows, cols, batch, depth):
     _check_program(program, model, seed=100 + batch)
 
 
-def _random_conv_program(seed):
+def _random_conv_program(seed, folded=False):
     """A random convolution on a random array shape (rows 3 with cols 4 makes 12-lane
     words: 4 channel groups and 3 output groups a word), random accumulator depth, batch
-    and input zero point, kept under 1,200 steps."""
-    rng = np.random.default_rng(900 + seed)
+    and input zero point, kept under 1,200 steps; with ``folded``, one that folds."""
+    rng = np.random.default_rng((1900 if folded else 900) + seed)
     while True:
-        rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))
-        c_in, c_out = int(rng.integers(1, 8)), int(rng.integers(1, 8))
+        if folded:
+            rows, cols = int(rng.choice([2, 4, 8])), int(rng.choice([1, 2, 4]))
+            c_in, c_out = int(rng.integers(1, 4)), int(rng.integers(1, 8))
+        else:
+            rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))
+            c_in, c_out = int(rng.integers(1, 8)), int(rng.integers(1, 8))
         h, w = int(rng.integers(2, 6)), int(rng.integers(2, 6))
-        kernel = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        kernel = (int(rng.integers(1, 4)), int(rng.integers(1, 6 if folded else 4)))
         stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
         padding = (int(rng.integers(0, kernel[0] + 1)), int(rng.integers(0, kernel[1] + 1)))
         if h + 2 * padding[0] < kernel[0] or w + 2 * padding[1] < kernel[1]:
@@ -326,13 +343,14 @@ def _random_conv_program(seed):
         model = QuantizedModel("random", (c_in, h, w), QuantParams(0.05, zp), (conv,))
         config = AcceleratorConfig(rows=rows, cols=cols, accumulator_depth=int(rng.integers(1, 9)))
         program = lower(model, config, batch=int(rng.integers(1, 3)))
-        if program.ops[0].steps <= 1200:
+        if program.ops[0].steps <= 1200 and program.ops[0].folded == folded:
             return program, model
 
 
+@pytest.mark.parametrize("folded", [False, True], ids=["unfolded", "folded"])
 @pytest.mark.parametrize("seed", range(8))
-def test_random_conv_matches_reference(seed):
-    program, model = _random_conv_program(seed)
+def test_random_conv_matches_reference(seed, folded):
+    program, model = _random_conv_program(seed, folded)
     _check_program(program, model, seed=seed, spread=False)
 
 

@@ -77,6 +77,34 @@ def test_random_pool_op_matches_reference(seed):
     _check_pool_ops(program, layers, seed)
 
 
+def _packed_program(rows, cols, channels, kernel, batch):
+    """A 1x1 convolution to ``channels``, a pooling layer, then a 3x3 convolution that
+    folds: the pool writes its output packed."""
+    rng = np.random.default_rng(700 + rows * 10 + channels)
+
+    def conv(name, c_in, c_out, k):
+        return Conv2dLayer(name, rng.integers(-5, 6, (c_out, c_in, k, k)).astype(np.int8), np.zeros(c_out, np.int32),
+                           QuantParams(0.1, 0), QuantParams(0.1, 0),
+                           Requantization(np.full(c_out, 2 ** 30, np.int64), np.full(c_out, 40, np.int64), 0, -128),
+                           padding=(k // 2, k // 2))
+    pool = MaxPool2dLayer("pool", kernel, (1, 2), (0, 1))
+    model = QuantizedModel("packed", (2, 4, 5), QuantParams(0.1, 0), (conv("c1", 2, channels, 1), pool,
+                                                                       conv("c2", channels, 3, 3)))
+    program = lower(model, AcceleratorConfig(rows=rows, cols=cols, input_bus_bits=128), batch=batch)
+    return program, (pool,)
+
+
+@pytest.mark.parametrize("rows, cols, channels, kernel, batch",
+                         [(8, 4, 3, (2, 2), 2), (8, 4, 5, (1, 2), 1), (8, 8, 11, (2, 3), 1), (4, 2, 6, (2, 1), 2)])
+def test_pool_writes_packed_output(rows, cols, channels, kernel, batch):
+    """Output words rotated into two words (the spill a cycle later), lanes past the
+    channels not written, at every lane offset a pixel can start on."""
+    program, layers = _packed_program(rows, cols, channels, kernel, batch)
+    pool, conv = program.ops[1:]
+    assert pool.dest.packed_lanes and conv.folded and pool.dest is conv.source
+    _check_pool_ops(program, layers, rows + channels)
+
+
 @pytest.mark.parametrize("rows, cols, batch", [(2, 4, 2), (2, 2, 1)])
 def test_pool_ops_match_reference(rows, cols, batch):
     program, layers = _program(rows, cols, batch)
@@ -92,7 +120,7 @@ def _check_pool_ops(program, layers, seed):
     pool_ops = [op for op in program.ops if isinstance(op, PoolOp)]
     widths = Widths.of(program)
     dut = PoolEngine(widths, bank, program.config.data_bits)
-    layout = pool_params_layout(widths)
+    layout = pool_params_layout(widths, bank)
     rng = np.random.default_rng(seed)
     # Random words everywhere, lanes past the channels too; -128 and 127 appear often.
     mem = [[int(v) for v in rng.choice([-128, 127, *range(-20, 20)], size=bank)]
@@ -102,7 +130,7 @@ def _check_pool_ops(program, layers, seed):
     async def bench(ctx):
         for op in pool_ops:
             before = [list(w) for w in mem]
-            ctx.set(dut.params, layout.const(pool_params(op)))
+            ctx.set(dut.params, layout.const(pool_params(op, bank)))
             ctx.set(dut.start, 1)
             writes, cycles = [], 0
             while True:
@@ -122,7 +150,9 @@ def _check_pool_ops(program, layers, seed):
                 ctx.set(dut.start, 0)
                 data = list(mem[addr]) if addr < len(mem) else [0] * bank
                 if write is not None:
-                    mem[write[0]] = list(write[1])
+                    for lane in range(bank):
+                        if write[2] >> lane & 1:
+                            mem[write[0]][lane] = write[1][lane]
                 ctx.set(dut.read.data, data)
                 cycles += 1
                 assert cycles < 2 * op.steps + 20, "busy never fell"
@@ -136,20 +166,33 @@ def _check_pool_ops(program, layers, seed):
 
     assert len(results) == len(pool_ops)
     for op, before, after, writes, cycles in results:
-        want = _lanewise_pool(before, op, bank)
-        # Every output word written exactly once, whole words, nothing else touched.
-        assert sorted(a for a, _, _ in writes) == sorted(want), f"{op.name}: written addresses"
-        assert all(lanes == (1 << bank) - 1 for _, _, lanes in writes)
-        for addr, data, _ in writes:
-            assert data == want[addr], f"{op.name}: word {addr}: expected {want[addr]}, got {data}"
-        assert all(after[a] == before[a] for a in range(len(before)) if a not in want)
+        if op.dest.packed_lanes:
+            # Each element of the packed tensor written exactly once, nothing else.
+            counts = {}
+            for addr, _, lanes in writes:
+                for lane in range(bank):
+                    if lanes >> lane & 1:
+                        counts[addr, lane] = counts.get((addr, lane), 0) + 1
+            elements = range(op.dest.base * bank, op.dest.base * bank + op.dest.pixels * op.dest.channels)
+            assert counts == {divmod(e, bank): 1 for e in elements}, f"{op.name}: lanes written"
+            words = op.dest.pixels * op.source.words_per_pixel
+            assert len(writes) > words, "some words spill into the next"
+            assert op.steps <= cycles <= op.steps + 9, f"{op.name}: {cycles} cycles for {op.steps} reads"
+        else:
+            want = _lanewise_pool(before, op, bank)
+            # Every output word written exactly once, whole words, nothing else touched.
+            assert sorted(a for a, _, _ in writes) == sorted(want), f"{op.name}: written addresses"
+            assert all(lanes == (1 << bank) - 1 for _, _, lanes in writes)
+            for addr, data, _ in writes:
+                assert data == want[addr], f"{op.name}: word {addr}: expected {want[addr]}, got {data}"
+            assert all(after[a] == before[a] for a in range(len(before)) if a not in want)
+            # One read a cycle, no stalls: the op takes its reads plus the pipeline's depth.
+            assert op.steps <= cycles <= op.steps + 8, f"{op.name}: {cycles} cycles for {op.steps} reads"
         # The channels against the integer reference (PyTorch max-pool, -128 padding).
         layer = next(l for l in layers if l.name == op.name)
         source = torch.as_tensor(read_tensor(before, op.source, bank), dtype=torch.int8)
         reference = run_layer(layer, source).numpy().astype(np.int64)
         np.testing.assert_array_equal(read_tensor(after, op.dest, bank), reference, err_msg=op.name)
-        # One read a cycle, no stalls: the op takes its reads plus the pipeline's depth.
-        assert op.steps <= cycles <= op.steps + 8, f"{op.name}: {cycles} cycles for {op.steps} reads"
 
 
 def test_padding_never_wins():
@@ -165,7 +208,7 @@ def test_padding_never_wins():
     dut = PoolEngine(widths, bank, program.config.data_bits)
 
     async def bench(ctx):
-        ctx.set(dut.params, pool_params_layout(widths).const(pool_params(op)))
+        ctx.set(dut.params, pool_params_layout(widths, bank).const(pool_params(op, bank)))
         ctx.set(dut.start, 1)
         for cycle in range(op.steps + 20):
             addr = ctx.get(dut.read.addr)

@@ -16,8 +16,8 @@ from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLaye
                                             QuantParams, Requantization)
 from tests.component_sim import run_bench
 
-STEP_FIELDS = ("act_addr", "act_group", "pad", "w_addr", "first", "last", "acc_addr", "p_addr", "out_addr",
-               "out_group")
+STEP_FIELDS = ("act_addr", "lane", "row_lo", "row_hi", "pad", "w_addr", "first", "last", "acc_addr", "p_addr",
+               "out_addr", "out_group")
 
 
 # --- WindowAddress ------------------------------------------------------------------------
@@ -162,47 +162,70 @@ def program_wide_cols():
     return lower(model, AcceleratorConfig(rows=4, cols=2, accumulator_depth=4, input_bus_bits=64)), model
 
 
+def _unfolded_read(op, config, image, oy, ox, i, tap):
+    """The read of tap ``(j, ct)``: one pixel's group of ``rows`` lanes, or padding."""
+    src, bank, rows = op.source, config.bank_width, config.rows
+    j, ct = divmod(tap, op.channel_tiles)
+    iy, ix = oy * op.stride[0] + i - op.padding[0], ox * op.stride[1] + j - op.padding[1]
+    pad = not (0 <= iy < src.height and 0 <= ix < src.width)
+    channel = ct * rows                                      # first channel of the tile
+    src_pixel = (image * src.height + iy) * src.width + ix
+    return {"act_addr": 0 if pad else src.base + src_pixel * src.words_per_pixel + channel // bank,
+            "lane": channel % bank, "row_lo": 0, "row_hi": rows, "pad": int(pad)}
+
+
+def _folded_read(op, config, image, oy, ox, i, tile):
+    """The read of tile ``t`` of kernel row ``i`` from the packed source: ``rows``
+    consecutive elements; rows whose tap lies left or right of the input read padding."""
+    src, bank, rows, c_in = op.source, config.bank_width, config.rows, op.source.channels
+    iy, ix0 = oy * op.stride[0] + i - op.padding[0], ox * op.stride[1] - op.padding[1]
+    element = src.base * bank + ((image * src.height + iy) * src.width + ix0) * c_in + tile * rows
+    # Taps [left, right) of the kernel row lie inside the input: as rows of this tile,
+    def clamp(v):
+        return min(max(v, 0), rows)
+    left, right = max(0, -ix0), min(op.kernel[1], src.width - ix0)
+    lo, hi = clamp(left * c_in - tile * rows), clamp(right * c_in - tile * rows)
+    inside = [0 <= ix0 + (tile * rows + r) // c_in < src.width and tile * rows + r < op.kernel[1] * c_in
+              for r in range(rows)]
+    assert inside == [lo <= r < hi for r in range(rows)], "the bounds say which rows are inside"
+    pad = not 0 <= iy < src.height
+    return {"act_addr": 0 if pad else element // bank, "lane": element % bank,
+            "row_lo": lo, "row_hi": hi, "pad": int(pad)}
+
+
 def expected_steps(op, config):
     """Every step of ``op``, enumerated from the loop nest of :mod:`hdl.compiler.program`."""
     bank = config.bank_width
-    src, dst = op.source, op.dest
-    kh, kw = op.kernel
-    (sh, sw), (ph, pw) = op.stride, op.padding
+    dst = op.dest
     per_image = dst.height * dst.width
-    k_tiles = kh * kw * op.channel_tiles
+    read = _folded_read if op.folded else _unfolded_read
     steps = []
     for nt in range(op.n_tiles):
         for block_start in range(0, op.pixels, op.block):
             block = list(range(block_start, min(block_start + op.block, op.pixels)))
             kt = 0
-            for i in range(kh):
-                for j in range(kw):
-                    for ct in range(op.channel_tiles):
-                        for slot, pixel in enumerate(block):
-                            image, rest = divmod(pixel, per_image)
-                            oy, ox = divmod(rest, dst.width)
-                            iy, ix = oy * sh + i - ph, ox * sw + j - pw
-                            pad = not (0 <= iy < src.height and 0 <= ix < src.width)
-                            channel = ct * config.rows                  # first channel of the tile
-                            word, group = channel // bank, (channel % bank) // config.rows
-                            src_pixel = (image * src.height + iy) * src.width + ix
-                            steps.append({
-                                "act_addr": 0 if pad else src.base + src_pixel * src.words_per_pixel + word,
-                                "act_group": group, "pad": int(pad),
-                                "w_addr": op.weight_base + nt * k_tiles + kt,
-                                "first": int(kt == 0), "last": int(kt == k_tiles - 1),
-                                "acc_addr": slot, "p_addr": op.param_base + nt,
-                                "out_addr": dst.base + pixel * dst.words_per_pixel + (nt * config.cols) // bank,
-                                "out_group": (nt * config.cols % bank) // config.cols,
-                                "_tile": (nt, i, j, ct),
-                            })
-                        kt += 1
+            for i in range(op.kernel[0]):
+                for tap in range(op.taps_per_row):
+                    for slot, pixel in enumerate(block):
+                        image, rest = divmod(pixel, per_image)
+                        oy, ox = divmod(rest, dst.width)
+                        steps.append({
+                            **read(op, config, image, oy, ox, i, tap),
+                            "w_addr": op.weight_base + nt * op.k_tiles + kt,
+                            "first": int(kt == 0), "last": int(kt == op.k_tiles - 1),
+                            "acc_addr": slot, "p_addr": op.param_base + nt,
+                            "out_addr": dst.base + pixel * dst.words_per_pixel + (nt * config.cols) // bank,
+                            "out_group": (nt * config.cols % bank) // config.cols,
+                            "_tile": (nt, i, tap),
+                        })
+                    kt += 1
     return steps
 
 
 def _check_weight_tiles(program, model, op, steps):
     """The weight addresses of the model name the tiles the lowering stored for
-    ``(nt, i, j, ct)``: PE ``(r, c)`` holds ``w[nt*cols + c, ct*rows + r, i, j]``."""
+    ``(nt, i, j, ct)``: PE ``(r, c)`` holds ``w[nt*cols + c, ct*rows + r, i, j]``; for
+    tile ``t`` of a folded kernel row, ``w[nt*cols + c, ch, i, j]``, ``(j, ch) = divmod(t*rows + r, C)``."""
     cfg = program.config
     layer = next(l for l in model.layers if l.name == op.name)
     src = op.source
@@ -212,13 +235,18 @@ def _check_weight_tiles(program, model, op, steps):
         kernel = layer.weight
     n_out, c_in = kernel.shape[:2]
     for step in steps:
-        nt, i, j, ct = step["_tile"]
+        nt, i, tap = step["_tile"]
         tile = program.weight_tiles[step["w_addr"]]
         for r in range(cfg.rows):
+            if op.folded:
+                j, ch = divmod(tap * cfg.rows + r, c_in)
+            else:
+                (j, ct), ch = divmod(tap, op.channel_tiles), None
+                ch = ct * cfg.rows + r
             for c in range(cfg.cols):
-                n, ch = nt * cfg.cols + c, ct * cfg.rows + r
-                want = int(kernel[n, ch, i, j]) if n < n_out and ch < c_in else 0
-                assert int(tile[r, c]) == want, f"{op.name}: tile {step['w_addr']} ({nt}, {i}, {j}, {ct})"
+                n = nt * cfg.cols + c
+                want = int(kernel[n, ch, i, j]) if n < n_out and ch < c_in and j < op.kernel[1] else 0
+                assert int(tile[r, c]) == want, f"{op.name}: tile {step['w_addr']} ({nt}, {i}, {tap})"
 
 
 def _run_ops(program, ops, *, restart_pulses=False):
@@ -226,7 +254,7 @@ def _run_ops(program, ops, *, restart_pulses=False):
     (as dicts), the cycles they came on and the busy trace."""
     cfg = program.config
     widths = Widths.of(program)
-    dut = StepGenerator(widths, cfg.bank_width // cfg.rows, cfg.bank_width // cfg.cols)
+    dut = StepGenerator(widths, cfg, folding=any(op.folded for op in program.gemm_ops))
     layout = gemm_params_layout(widths)
     results = []
 
@@ -293,15 +321,20 @@ def test_step_sequences_match_loop_nest(make_program):
             assert got == exp, f"{op.name} step {index}: expected {exp}, got {got}"
 
 
-def _random_program(seed):
+def _random_program(seed, folded=False):
     """A random convolution (odd array shapes included: rows 3 with cols 4 makes 12-lane
-    words, 4 channel groups and 3 output groups a word), kept under 3000 steps."""
-    rng = np.random.default_rng(1000 + seed)
+    words, 4 channel groups and 3 output groups a word), kept under 3000 steps; with
+    ``folded``, one the lowering folds (few channels, power-of-two words)."""
+    rng = np.random.default_rng((2000 if folded else 1000) + seed)
     while True:
-        rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))
-        c_in, c_out = int(rng.integers(1, 10)), int(rng.integers(1, 10))
+        if folded:
+            rows, cols = int(rng.choice([2, 4, 8])), int(rng.choice([1, 2, 4]))
+            c_in, c_out = int(rng.integers(1, 4)), int(rng.integers(1, 10))
+        else:
+            rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))
+            c_in, c_out = int(rng.integers(1, 10)), int(rng.integers(1, 10))
         h, w = int(rng.integers(2, 6)), int(rng.integers(2, 6))
-        kernel = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        kernel = (int(rng.integers(1, 4)), int(rng.integers(1, 6 if folded else 4)))
         stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
         padding = (int(rng.integers(0, kernel[0] + 1)), int(rng.integers(0, kernel[1] + 1)))
         if h + 2 * padding[0] < kernel[0] or w + 2 * padding[1] < kernel[1]:
@@ -310,13 +343,14 @@ def _random_program(seed):
         model = QuantizedModel("random", (c_in, h, w), QuantParams(0.1, 2), (layer,))
         config = AcceleratorConfig(rows=rows, cols=cols, accumulator_depth=int(rng.integers(1, 12)))
         program = lower(model, config, batch=int(rng.integers(1, 3)))
-        if program.ops[0].steps <= 3000:
+        if program.ops[0].steps <= 3000 and program.ops[0].folded == folded:
             return program, model
 
 
+@pytest.mark.parametrize("folded", [False, True], ids=["unfolded", "folded"])
 @pytest.mark.parametrize("seed", range(12))
-def test_random_conv_steps_match_loop_nest(seed):
-    program, model = _random_program(seed)
+def test_random_conv_steps_match_loop_nest(seed, folded):
+    program, model = _random_program(seed, folded)
     op, = program.ops
     (steps, cycles, busy_trace), = _run_ops(program, [op])
     want = expected_steps(op, program.config)
@@ -341,11 +375,11 @@ def test_step_model_hand_checked():
     block3 = 3 * op.block * op.k_tiles
     # Centre tap (kt = (1*3 + 1)*3 = 12), pixel 16 (slot 1): input pixel 16 (image 1, (0, 0)).
     s = want[block3 + 12 * op.block + 1]
-    assert (s["act_addr"], s["pad"], s["act_group"], s["acc_addr"]) == (src.base + 32, 0, 0, 1)
+    assert (s["act_addr"], s["pad"], s["lane"], s["acc_addr"]) == (src.base + 32, 0, 0, 1)
     assert s["out_addr"] == dst.base + 32 and s["first"] == 0 and s["last"] == 0
     # ct 1 of the same tap: the same word, lanes 2-3; ct 2: the next word, lanes 0-1.
     assert [want[block3 + (12 + d) * op.block + 1]["act_addr"] - src.base for d in (1, 2)] == [32, 33]
-    assert [want[block3 + (12 + d) * op.block + 1]["act_group"] for d in (1, 2)] == [1, 0]
+    assert [want[block3 + (12 + d) * op.block + 1]["lane"] for d in (1, 2)] == [2, 0]
     # Tap (0, 0) of pixel 16 lies above image 1: padding, address 0; first of its pass.
     s = want[block3 + 1]
     assert (s["act_addr"], s["pad"], s["first"], s["w_addr"]) == (0, 1, 1, op.weight_base)
@@ -359,12 +393,38 @@ def test_step_model_hand_checked():
     assert len(want) == 2 * 27 * 32
 
 
+def test_folded_step_model_hand_checked():
+    """The model's folded reads, worked by hand: one channel, 3x3 kernel, padding 1, on a
+    3x4 input and a 4x4 array (4-lane words)."""
+    rng = np.random.default_rng(5)
+    model = QuantizedModel("folded", (1, 3, 4), QuantParams(0.1, 2),
+                           (_conv(rng, "conv", 1, 2, (3, 3), (1, 1), (1, 1)),))
+    program = lower(model, AcceleratorConfig(rows=4, cols=4, accumulator_depth=12))
+    op, = program.gemm_ops
+    # 3 taps of one channel fill one tile of 4 rows: 3 tiles, not 9.
+    assert (op.folded, op.row_tiles, op.k_tiles) == (True, 1, 3)
+    # Packed input after guard words: one before (and the left padding's element).
+    assert (op.source.packed_lanes, op.source.base, op.source.words) == (4, 2, 3)
+    want = expected_steps(op, program.config)
+    # Pixel (0, 0), kernel row 1 (input row 0): from element 2*4 - 1 = 7 (word 1, lane 3);
+    # row 0 is the left padding, rows 1-2 are pixels (0, 0) and (0, 1), row 3 is no tap.
+    s = want[1 * op.block + 0]
+    assert (s["act_addr"], s["lane"], s["row_lo"], s["row_hi"], s["pad"]) == (1, 3, 1, 3, 0)
+    # Pixel (1, 3), kernel row 2 (input row 2): elements 8 + 2*4 + 2 = 18 on: lane 2 of
+    # word 4; rows 0-1 are pixels (2, 2) and (2, 3), row 2 the right padding.
+    s = want[2 * op.block + 7]
+    assert (s["act_addr"], s["lane"], s["row_lo"], s["row_hi"], s["pad"]) == (4, 2, 0, 2, 0)
+    # Pixel (0, 1), kernel row 0: above the input.
+    s = want[0 * op.block + 1]
+    assert (s["act_addr"], s["pad"]) == (0, 1)
+
+
 def test_start_is_ignored_for_the_whole_busy_period():
     program, _ = program_wide_cols()
     op = program.gemm_ops[-1]                           # the plain dense layer: a few steps
     cfg = program.config
     widths = Widths.of(program)
-    dut = StepGenerator(widths, cfg.bank_width // cfg.rows, cfg.bank_width // cfg.cols)
+    dut = StepGenerator(widths, cfg, folding=any(op.folded for op in program.gemm_ops))
 
     async def bench(ctx):
         ctx.set(dut.params, gemm_params_layout(widths).const(gemm_params(op)))

@@ -13,6 +13,23 @@ keeps pixel ``p = y * W + x`` in words ``base + p * CW ... base + p * CW + CW - 
 ``CW = ceil(C / B)``; channel ``c`` is lane ``c % B`` of word ``c // B`` of its pixel.
 Lanes past ``C`` hold defined but meaningless values; their weights are zero.
 
+A *packed* tensor (the network input, when its first layer folds; see below) has no
+padding lanes: channel ``c`` of pixel ``p`` is element ``e = p * C + c``, lane ``e % B`` of
+word ``base + e // B``. Guard words before and after it keep every read of a folded window
+inside the memory.
+
+Folding kernel taps into the reduction
+--------------------------------------
+With few input channels most rows of the array would idle: a 1-channel 5x5 convolution
+uses one row of eight. A *folded* convolution reads a packed input, where the ``kw * C``
+values of one kernel row of a window are consecutive elements. Its reduction runs over
+kernel rows ``i`` and, within one, tiles ``t`` of ``rows`` consecutive elements: row ``r``
+of tile ``t`` multiplies element ``t * rows + r`` of the kernel row, i.e. tap
+``j = (t * rows + r) // C`` and channel ``(t * rows + r) % C``. A tile spans at most two
+words; the memory's two banks read both at once. Rows whose tap lies in the horizontal
+padding read the zero point, like padding taps do; rows past the kernel row have zero
+weights. The lowering folds only where it saves tiles and ``B`` is a power of two.
+
 Schedule of a GEMM op (this order is what the hardware step generator produces)::
 
     for nt in range(n_tiles):                  # output-channel tile (cols channels)
@@ -27,6 +44,7 @@ padding taps read the zero point, so they add ``zp * w`` that the fold removes.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -50,13 +68,21 @@ class TensorPlacement:
     width: int
     words_per_pixel: int
     images: int = 1
+    packed_lanes: int = 0       # B when the tensor is packed (see the module docstring), else 0
 
     @property
     def pixels(self) -> int:
         return self.images * self.height * self.width
 
     @property
+    def pixel_stride(self) -> int:
+        """Words from one pixel to the next, or elements when packed."""
+        return self.channels if self.packed_lanes else self.words_per_pixel
+
+    @property
     def words(self) -> int:
+        if self.packed_lanes:
+            return _ceil_div(self.pixels * self.channels, self.packed_lanes)
         return self.pixels * self.words_per_pixel
 
 
@@ -82,14 +108,24 @@ class GemmOp(WindowOp):
     input_zero_point: int
     macs: int                   # useful multiply-accumulates (real fan-in x outputs)
     accumulator_bits_needed: int = 0   # proven bound of this layer's sums (see check_accumulator)
+    row_tiles: int = 0          # folded: tiles of ``rows`` elements per kernel row; 0: not folded
+
+    @property
+    def folded(self) -> bool:
+        return self.row_tiles > 0
 
     @property
     def pixels(self) -> int:
         return self.dest.pixels
 
     @property
+    def taps_per_row(self) -> int:
+        """Reduction steps per kernel row: tiles of a folded row, or taps x channel tiles."""
+        return self.row_tiles if self.folded else self.kernel[1] * self.channel_tiles
+
+    @property
     def k_tiles(self) -> int:
-        return self.kernel[0] * self.kernel[1] * self.channel_tiles
+        return self.kernel[0] * self.taps_per_row
 
     @property
     def steps(self) -> int:
@@ -102,8 +138,8 @@ class PoolOp(WindowOp):
 
     @property
     def steps(self) -> int:
-        """Memory reads: one per window tap per output word."""
-        return self.dest.words * self.kernel[0] * self.kernel[1]
+        """Memory reads: one per window tap per output word (a word of the source's pixels)."""
+        return self.dest.pixels * self.source.words_per_pixel * self.kernel[0] * self.kernel[1]
 
 
 @dataclass
@@ -188,27 +224,24 @@ class _Lowering:
         if not any(isinstance(layer, (DenseLayer, Conv2dLayer)) for layer in model.layers):
             raise ValueError(f"model {model.name!r} has no Conv2d or Linear layer; the accelerator runs models "
                              f"with at least one")
-        shapes = model.shapes
+        shapes, layers = model.shapes, model.layers
+        # Tensor t is the input of layers[t] (t = 0: the model's input). Flatten keeps a
+        # tensor where it is (it is only a change of view), so only the others are stored.
+        stored = [0] + [index + 1 for index, layer in enumerate(layers) if not isinstance(layer, FlattenLayer)]
+        placed = {t: self.region(t) for t in stored}           # (placement at word 0, words)
         # Ping-pong: tensors alternate between the bottom and the top of the memory.
-        placements = [self.placement(s, 0) for s in shapes]
-        # Flatten keeps the tensor where it is (it is only a change of view).
-        stored = []            # index into shapes of each stored tensor
-        for index, layer in enumerate(model.layers):
-            if isinstance(layer, FlattenLayer):
-                continue
-            stored.append(index + 1)
-        low_words = max([placements[0].words] + [placements[i].words for i in stored[1::2]])
-        high_words = max([0] + [placements[i].words for i in stored[0::2]])
+        low_words = max(placed[t][1] for t in stored[0::2])
+        high_words = max([0] + [placed[t][1] for t in stored[1::2]])
         top = low_words + high_words
-        current = placements[0]
+        current = placed[0][0]
         half = 1
         pending_flatten = False
-        for index, layer in enumerate(model.layers):
+        for index, layer in enumerate(layers):
             if isinstance(layer, FlattenLayer):
                 pending_flatten = True
                 continue
-            shape = shapes[index + 1]
-            dest = self.placement(shape, low_words if half else 0)
+            at_zero = placed[index + 1][0]
+            dest = dataclasses.replace(at_zero, base=at_zero.base + (low_words if half else 0))
             half ^= 1
             if isinstance(layer, MaxPool2dLayer):
                 self.ops.append(PoolOp(layer.name, current, dest, tuple(layer.kernel_size),
@@ -220,12 +253,43 @@ class _Lowering:
             pending_flatten = False
             current = dest
         bias, mult, shift, zp, cmin, cmax = (np.array(v) for v in zip(*self.params))
-        return Program(config=cfg, model_name=model.name, ops=self.ops, input=placements[0],
+        return Program(config=cfg, model_name=model.name, ops=self.ops, input=placed[0][0],
                        output=current, output_shape=model.output_shape, activation_words=max(top, 1),
                        batch=self.batch,
                        weight_tiles=np.array(self.tiles, dtype=np.int8).reshape(-1, cfg.rows, cfg.cols),
                        bias=bias, multiplier=mult, shift=shift, zero_point=zp, clamp_min=cmin,
                        clamp_max=cmax, layer_names=[op.name for op in self.ops])
+
+    def region(self, t: int) -> tuple[TensorPlacement, int]:
+        """Tensor ``t`` placed from word 0, and the words its region takes. It is packed
+        when its consumer folds and its producer can write it packed: the loader (the
+        model's input) or a max-pool of more than one tap (two writes per output word)."""
+        layers, shape = self.model.layers, self.model.shapes[t]
+        placement = self.placement(shape, 0)
+        consumer = next((layer for layer in layers[t:] if not isinstance(layer, FlattenLayer)), None)
+        producer = layers[t - 1] if t else None
+        writes_packed = producer is None or (isinstance(producer, MaxPool2dLayer)
+                                             and math.prod(producer.kernel_size) > 1)
+        if consumer is None or not writes_packed or not self.folds(consumer, shape):
+            return placement, placement.words
+        before, after = self.fold_guards(consumer, shape[0])
+        placement = dataclasses.replace(placement, base=before, packed_lanes=self.config.bank_width)
+        return placement, before + placement.words + after
+
+    def folds(self, layer, shape) -> bool:
+        """Whether ``layer``, reading a tensor of ``shape``, runs folded (saves tiles)."""
+        rows, bank = self.config.rows, self.config.bank_width
+        if not isinstance(layer, Conv2dLayer) or bank & (bank - 1):
+            return False
+        c_in = shape[0]
+        kh, kw = layer.weight.shape[2:]
+        return kh * _ceil_div(kw * c_in, rows) < kh * kw * _ceil_div(c_in, rows)
+
+    def fold_guards(self, layer, c_in: int) -> tuple[int, int]:
+        """Words kept free before and after a packed tensor: a folded window reaches
+        ``pad_w`` pixels left of a row, and a tile ``rows`` elements (two words) on."""
+        bank, pad_w = self.config.bank_width, layer.padding[1]
+        return _ceil_div(pad_w * c_in, bank) + 1, _ceil_div(pad_w * c_in + self.config.rows, bank) + 2
 
     def gemm(self, layer, source: TensorPlacement, dest: TensorPlacement, after_flatten: bool) -> GemmOp:
         cfg = self.config
@@ -248,12 +312,22 @@ class _Lowering:
         weight_base, param_base = len(self.tiles), len(self.params)
         padded = np.zeros((nt_count * cols, ct_count * rows, kh, kw), dtype=np.int64)
         padded[:n_out, :c_in] = kernel
-        for nt in range(nt_count):
-            for i in range(kh):
-                for j in range(kw):
-                    for ct in range(ct_count):
-                        tile = padded[nt * cols:(nt + 1) * cols, ct * rows:(ct + 1) * rows, i, j]
-                        self.tiles.append(tile.T)                     # [rows, cols]
+        row_tiles = _ceil_div(kw * c_in, rows) if source.packed_lanes else 0
+        if row_tiles:
+            # Kernel row i as kw * C consecutive elements (tap-major), in tiles of rows.
+            rowwise = np.zeros((nt_count * cols, kh, row_tiles * rows), dtype=np.int64)
+            rowwise[:n_out, :, :kw * c_in] = kernel.transpose(0, 2, 3, 1).reshape(n_out, kh, kw * c_in)
+            for nt in range(nt_count):
+                for i in range(kh):
+                    for t in range(row_tiles):
+                        self.tiles.append(rowwise[nt * cols:(nt + 1) * cols, i, t * rows:(t + 1) * rows].T)
+        else:
+            for nt in range(nt_count):
+                for i in range(kh):
+                    for j in range(kw):
+                        for ct in range(ct_count):
+                            tile = padded[nt * cols:(nt + 1) * cols, ct * rows:(ct + 1) * rows, i, j]
+                            self.tiles.append(tile.T)                     # [rows, cols]
         zp_in = layer.input_quant.zero_point
         rq = layer.requant
         bias_eff = layer.bias.astype(np.int64) - zp_in * kernel.reshape(n_out, -1).sum(axis=1)
@@ -268,7 +342,8 @@ class _Lowering:
         pixels = dest.pixels
         macs = pixels * layer.out_features * layer.fan_in
         return GemmOp(layer.name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
-                      min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs, need)
+                      min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs, need,
+                      row_tiles)
 
     def check_accumulator(self, name: str, kernel: np.ndarray, bias: np.ndarray):
         """Prove that no int8 input overflows the accumulators. The hardware adds raw codes

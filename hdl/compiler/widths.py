@@ -27,10 +27,11 @@ class Widths:
         coords, pixels, tiles = [1], [1], [1]
         for op in program.ops:
             for t in (op.source, op.dest):
-                coords += [t.height, t.width, t.words_per_pixel]
+                coords += [t.height, t.width, t.pixel_stride]
                 pixels.append(t.pixels)
             coords += list(op.kernel) + list(op.stride) + list(op.padding)
             if isinstance(op, GemmOp):
+                coords.append(op.taps_per_row)
                 tiles += [op.channel_tiles, op.n_tiles, op.k_tiles, op.block]
         return cls(act_addr=bits_for(program.activation_words),
                    weight_addr=bits_for(max(1, len(program.weight_tiles))),

@@ -1,11 +1,13 @@
 """The activation memory and the ports its clients share.
 
-One simple-dual-port memory of ``bank_width`` lanes a word holds every tensor of the
-program. Only one op runs at a time, so arbitration is a selection: the sequencer names
-the reader (:class:`Reader`); writes never collide (the loader writes only while nothing
-runs, an op writes only its own output), and a fixed priority picks among them.
+Words of ``bank_width`` lanes hold every tensor of the program, in two banks: even words
+in one, odd words in the other, so that any two consecutive words are read in one cycle
+(a folded convolution's tile spans two; see :mod:`hdl.compiler.program`). Only one op
+runs at a time, so arbitration is a selection: the sequencer names the reader
+(:class:`Reader`); writes never collide (the loader writes only while nothing runs, an op
+writes only its own output), and a fixed priority picks among them.
 """
-from amaranth import Module, signed, unsigned
+from amaranth import Cat, Module, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -14,6 +16,12 @@ def read_port(addr_bits: int, lanes: int, data_bits: int) -> wiring.Signature:
     """A read: the address out, the word back one cycle later."""
     return wiring.Signature({"addr": Out(unsigned(addr_bits)),
                              "data": In(data.ArrayLayout(signed(data_bits), lanes))})
+
+
+def pair_read_port(addr_bits: int, lanes: int, data_bits: int) -> wiring.Signature:
+    """A read of two consecutive words: ``data`` holds word ``addr`` then ``addr + 1``."""
+    return wiring.Signature({"addr": Out(unsigned(addr_bits)),
+                             "data": In(data.ArrayLayout(signed(data_bits), 2 * lanes))})
 
 
 def write_layout(addr_bits: int, lanes: int, data_bits: int) -> data.StructLayout:
@@ -37,7 +45,7 @@ class ActivationMemory(wiring.Component):
     """Members
     -------
     reader: In, who owns the read port.
-    gemm_read, pool_read, output_read: In, the read ports of the clients.
+    gemm_read: In, a pair read port; pool_read, output_read: In, read ports.
     load, gemm_write, pool_write: In, write streams, in priority order.
     """
     WRITERS = ("load", "gemm_write", "pool_write")
@@ -46,28 +54,45 @@ class ActivationMemory(wiring.Component):
     def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int):
         self._depth, self._lanes, self._data_bits = depth, lanes, data_bits
         members = {"reader": In(Reader)}
-        members |= {name: In(read_port(addr_bits, lanes, data_bits)) for name in self.READERS.values()}
+        members |= {"gemm_read": In(pair_read_port(addr_bits, lanes, data_bits))}
+        members |= {name: In(read_port(addr_bits, lanes, data_bits)) for name in ("pool_read", "output_read")}
         members |= {name: In(write_port(addr_bits, lanes, data_bits)) for name in self.WRITERS}
+        self._addr_bits = addr_bits
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.memory = mem = memory.Memory(shape=unsigned(self._lanes * self._data_bits),
-                                                  depth=self._depth, init=[])
-        wr = mem.write_port(granularity=self._data_bits)
-        rd = mem.read_port()
+        word = unsigned(self._lanes * self._data_bits)
+        # Word a is entry a >> 1 of bank a & 1; reading a and a + 1 reads entry (a + 1) >> 1
+        # of the even bank and a >> 1 of the odd one.
+        m.submodules.even = even = memory.Memory(shape=word, depth=self._depth // 2 + 1, init=[])
+        m.submodules.odd = odd = memory.Memory(shape=word, depth=max(1, (self._depth + 1) // 2), init=[])
+        banks = (even, odd)
+        writes = [bank.write_port(granularity=self._data_bits) for bank in banks]
+        reads = [bank.read_port() for bank in banks]
 
         writers = [getattr(self, name) for name in self.WRITERS]
         for index, writer in enumerate(writers):
             cond = m.If if index == 0 else m.Elif
             with cond(writer.valid):
-                m.d.comb += [wr.en.eq(writer.payload.lanes), wr.addr.eq(writer.payload.addr),
-                             wr.data.eq(writer.payload.data)]
+                odd_word = writer.payload.addr[0]
+                for parity, wr in enumerate(writes):
+                    m.d.comb += [wr.addr.eq(writer.payload.addr >> 1), wr.data.eq(writer.payload.data)]
+                    with m.If(odd_word == parity):
+                        m.d.comb += wr.en.eq(writer.payload.lanes)
 
+        addr = Signal(self._addr_bits + 1)
         with m.Switch(self.reader):
             for reader, name in self.READERS.items():
                 with m.Case(reader):
-                    m.d.comb += rd.addr.eq(getattr(self, name).addr)
-        for name in self.READERS.values():
-            m.d.comb += getattr(self, name).data.eq(rd.data)
+                    m.d.comb += addr.eq(getattr(self, name).addr)
+        m.d.comb += [reads[0].addr.eq((addr + 1) >> 1), reads[1].addr.eq(addr >> 1)]
+        odd_first = Signal()
+        m.d.sync += odd_first.eq(addr[0])
+        first, second = Signal(word), Signal(word)
+        m.d.comb += [first.eq(reads[0].data), second.eq(reads[1].data)]
+        with m.If(odd_first):
+            m.d.comb += [first.eq(reads[1].data), second.eq(reads[0].data)]
+        m.d.comb += [self.gemm_read.data.eq(Cat(first, second)),
+                     self.pool_read.data.eq(first), self.output_read.data.eq(first)]
         return m

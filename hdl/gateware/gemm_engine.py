@@ -2,8 +2,8 @@
 
 Data path of one step issued at cycle ``t`` (all latencies derived from the config)::
 
-    t        activation memory read (address from the step)
-    t+1      select the step's group of ``rows`` lanes, or the zero point on padding
+    t        activation memory read: the step's word and the next one
+    t+1      select the ``rows`` lanes from the step's lane on; padding rows read the zero point
     t+2      vector enters the systolic array; weights follow in diagonal skew
     t+A      A = 2 + array latency: the ``cols`` partial sums leave the array together
              first step of a tile pass: + bias; else + accumulator; not last: write back
@@ -22,7 +22,7 @@ from hdl.config import AcceleratorConfig
 from hdl.gateware.pipeline import delayed
 from hdl.compiler.program import Program
 from hdl.gateware.requantizer import Requantizer, requant_params_layout
-from hdl.gateware.activation_memory import read_port, write_port
+from hdl.gateware.activation_memory import pair_read_port, write_port
 from hdl.gateware.step_generator import step_layout, step_stream
 from hdl.gateware.systolic_array import SystolicArray
 from hdl.gateware.weight_memory import WeightMemory
@@ -60,7 +60,7 @@ class GemmEngine(wiring.Component):
     -------
     steps: In stream, from the step generator.
     zero_point: In, the op's input zero point (read by padding taps).
-    read: the activation memory's read port (data one cycle after the address).
+    read: the activation memory's pair read port (two words, one cycle after the address).
     write: writes of ``cols`` lanes into one word.
     """
 
@@ -70,9 +70,9 @@ class GemmEngine(wiring.Component):
         self._in_groups = cfg.bank_width // cfg.rows
         self._out_groups = cfg.bank_width // cfg.cols
         super().__init__({
-            "steps": In(step_stream(widths, self._in_groups, self._out_groups)),
+            "steps": In(step_stream(widths, cfg)),
             "zero_point": In(signed(cfg.data_bits)),
-            "read": Out(read_port(widths.act_addr, cfg.bank_width, cfg.data_bits)),
+            "read": Out(pair_read_port(widths.act_addr, cfg.bank_width, cfg.data_bits)),
             "write": Out(write_port(widths.act_addr, cfg.bank_width, cfg.data_bits)),
         })
 
@@ -94,7 +94,7 @@ class GemmEngine(wiring.Component):
         cfg, prog, w = self._cfg, self._program, self._w
         rows, cols, bits = cfg.rows, cfg.cols, cfg.data_bits
         # The step with its valid bit, carried down the pipeline as one value.
-        layout = step_layout(w, self._in_groups, self._out_groups)
+        layout = step_layout(w, cfg)
         step = Signal(data.StructLayout({"valid": 1, **layout.members}))
         m.d.comb += step.eq(Cat(self.steps.valid, self.steps.payload))
 
@@ -102,16 +102,20 @@ class GemmEngine(wiring.Component):
         m.d.comb += self.read.addr.eq(step.act_addr)
         step1 = delayed(m, step, 1, "step")
         x_vec = Signal(data.ArrayLayout(signed(bits), rows))
-        with m.Switch(step1.act_group):
-            for g in range(self._in_groups):
-                with m.Case(g):
+        # Unfolded steps start at a group of rows lanes; folded ones anywhere.
+        starts = range(cfg.bank_width) if any(op.folded for op in prog.gemm_ops) else \
+            range(0, cfg.bank_width, rows)
+        with m.Switch(step1.lane):
+            for lane in starts:
+                with m.Case(lane):
                     for r in range(rows):
-                        m.d.comb += x_vec[r].eq(self.read.data[g * rows + r])
+                        m.d.comb += x_vec[r].eq(self.read.data[lane + r])
         x_reg = Signal.like(x_vec)
-        with m.If(step1.pad):
-            m.d.sync += [x_reg[r].eq(self.zero_point) for r in range(rows)]
-        with m.Else():
-            m.d.sync += x_reg.eq(x_vec)
+        for r in range(rows):
+            with m.If(step1.pad | (step1.row_lo > r) | (step1.row_hi <= r)):
+                m.d.sync += x_reg[r].eq(self.zero_point)
+            with m.Else():
+                m.d.sync += x_reg[r].eq(x_vec[r])
 
         # Weights: diagonal d's weight must be there when the vector reaches PE (r, c),
         # d = r + c cycles after it entered the array at t + INPUT_LATENCY.

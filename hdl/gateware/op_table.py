@@ -27,7 +27,7 @@ class OpTable(wiring.Component):
             "is_pool": Out(1), "is_last": Out(1),
             "gemm": Out(gemm_params_layout(widths)),
             "zero_point": Out(signed(program.config.data_bits)),
-            "pool": Out(pool_params_layout(widths)),
+            "pool": Out(pool_params_layout(widths, program.config.bank_width)),
         })
 
     def elaborate(self, platform):
@@ -42,5 +42,5 @@ class OpTable(wiring.Component):
                         m.d.comb += [self.gemm.eq(gemm_layout.const(gemm_params(op))),
                                      self.zero_point.eq(op.input_zero_point)]
                     else:
-                        m.d.comb += [self.pool.eq(pool_layout.const(pool_params(op))), self.is_pool.eq(1)]
+                        m.d.comb += [self.pool.eq(pool_layout.const(pool_params(op, self._program.config.bank_width))), self.is_pool.eq(1)]
         return m

@@ -4,8 +4,13 @@ For each output pixel and each word of its channels, the window's taps are read 
 cycle and a running lane-wise maximum is kept; taps outside the input read as
 ``MAXPOOL_PAD_VALUE`` (the smallest code, so they never win, as PyTorch's -infinity
 padding). One read a cycle, no stalls.
+
+A packed destination (the input of a folded convolution) puts output word ``q`` of pixel
+``p`` at element ``p * C + q * B``: its lanes are rotated into two consecutive words and
+written in two cycles (a window of at least two taps leaves time), lanes past ``C`` not
+at all.
 """
-from amaranth import Cat, Module, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,15 +22,25 @@ from hdl.gateware.window import WindowAddress, window_layout, window_params
 from pytorch_ref.ir import integer_semantics as sem
 
 
-def pool_params_layout(w: Widths) -> data.StructLayout:
+def pool_params_layout(w: Widths, bank_width: int) -> data.StructLayout:
+    """``out_words``, ``out_lanes``: one output pixel's extent (``C`` elements when packed,
+    else its words); ``last_lanes``: the lanes of its last word that are channels."""
     return data.StructLayout({"window": window_layout(w), "out_base": unsigned(w.act_addr),
-                              "pixels": unsigned(w.pixel)})
+                              "pixels": unsigned(w.pixel), "out_words": unsigned(w.coord),
+                              "out_lanes": range(bank_width), "last_lanes": range(bank_width + 1)})
 
 
-def pool_params(op: PoolOp) -> dict:
+def pool_params(op: PoolOp, bank_width: int) -> dict:
     """:func:`pool_params_layout`'s values for ``op``."""
+    dest = op.dest
+    if dest.packed_lanes:
+        out_words, out_lanes = divmod(dest.channels, bank_width)
+        last_lanes = dest.channels - (op.source.words_per_pixel - 1) * bank_width
+    else:
+        out_words, out_lanes, last_lanes = dest.words_per_pixel, 0, bank_width
     return {"window": window_params(op.source, op.dest, op.kernel, op.stride, op.padding),
-            "out_base": op.dest.base, "pixels": op.dest.pixels}
+            "out_base": dest.base, "pixels": dest.pixels, "out_words": out_words, "out_lanes": out_lanes,
+            "last_lanes": last_lanes}
 
 
 class PoolEngine(wiring.Component):
@@ -33,13 +48,13 @@ class PoolEngine(wiring.Component):
     -------
     params: In, held while busy; start: In (pulse, ignored while busy); busy: Out.
     read: the activation memory's read port (data one cycle after the address).
-    write: whole-word writes of finished output words.
+    write: writes of finished output words (whole words unless packed).
     """
 
     def __init__(self, widths: Widths, bank_width: int, data_bits: int):
         self._w, self._bank, self._data_bits = widths, bank_width, data_bits
         super().__init__({
-            "params": In(pool_params_layout(widths)),
+            "params": In(pool_params_layout(widths, bank_width)),
             "start": In(1),
             "busy": Out(1),
             "read": Out(read_port(widths.act_addr, bank_width, data_bits)),
@@ -51,8 +66,11 @@ class PoolEngine(wiring.Component):
         w, p = self._w, self.params
         g = p.window
         running = Signal()
+        bank = self._bank
         oy, ox, q, i, j = (Signal(w.coord, name=n) for n in ("oy", "ox", "q", "i", "j"))
-        out_addr = Signal(w.act_addr)
+        # Where the output word goes (word, first lane), and where its pixel starts.
+        out_addr, out_lane = Signal(w.act_addr), Signal(range(bank))
+        pix_addr, pix_lane = Signal(w.act_addr), Signal(range(bank))
         ibase, pix = Signal(w.pixel), Signal(w.pixel)   # image's first input pixel; output pixel
         last_j = j == g.kw - 1
         last_tap = last_j & (i == g.kh - 1)
@@ -64,7 +82,8 @@ class PoolEngine(wiring.Component):
         with m.If(~self.busy & self.start):                 # ignored until the last write
 
             m.d.sync += [running.eq(1), oy.eq(0), ox.eq(0), q.eq(0), i.eq(0), j.eq(0),
-                         out_addr.eq(p.out_base), ibase.eq(0), pix.eq(0)]
+                         out_addr.eq(p.out_base), out_lane.eq(0), pix_addr.eq(p.out_base), pix_lane.eq(0),
+                         ibase.eq(0), pix.eq(0)]
         with m.If(running):
             m.d.sync += j.eq(j + 1)
             with m.If(last_j):
@@ -72,6 +91,15 @@ class PoolEngine(wiring.Component):
             with m.If(last_tap):
                 m.d.sync += [i.eq(0), out_addr.eq(out_addr + 1), q.eq(q + 1)]
         with m.If(next_pixel):
+            # The next pixel starts out_words words and out_lanes lanes on.
+            lane_sum = Signal(range(2 * bank))
+            next_addr, next_lane = Signal.like(pix_addr), Signal.like(pix_lane)
+            m.d.comb += [lane_sum.eq(pix_lane + p.out_lanes), next_addr.eq(pix_addr + p.out_words),
+                         next_lane.eq(lane_sum)]
+            with m.If(lane_sum >= bank):
+                m.d.comb += [next_addr.eq(pix_addr + p.out_words + 1), next_lane.eq(lane_sum - bank)]
+            m.d.sync += [pix_addr.eq(next_addr), pix_lane.eq(next_lane), out_addr.eq(next_addr),
+                         out_lane.eq(next_lane)]
             m.d.sync += [q.eq(0), pix.eq(pix + 1), ox.eq(ox + 1)]
             with m.If(ox == g.out_w - 1):
                 m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
@@ -82,9 +110,11 @@ class PoolEngine(wiring.Component):
 
         # Stage 0: the tap, registered; stages 1-3: its address (window pipeline).
         m.submodules.window = window = WindowAddress(w)
-        tag = Signal(data.StructLayout({"valid": 1, "first": 1, "last": 1, "out_addr": w.act_addr}))
+        tag = Signal(data.StructLayout({"valid": 1, "first": 1, "last": 1, "out_addr": w.act_addr,
+                                        "out_lane": range(bank), "lanes": range(bank + 1)}))
         m.d.sync += [tag.valid.eq(running), tag.first.eq((i == 0) & (j == 0)), tag.last.eq(last_tap),
-                     tag.out_addr.eq(out_addr),
+                     tag.out_addr.eq(out_addr), tag.out_lane.eq(out_lane),
+                     tag.lanes.eq(Mux(last_word, p.last_lanes, bank)),
                      window.tap.oy.eq(oy), window.tap.ox.eq(ox), window.tap.i.eq(i), window.tap.j.eq(j),
                      window.tap.image_base.eq(ibase), window.tap.word.eq(q)]
         m.d.comb += [window.window.eq(g), self.read.addr.eq(window.addr)]
@@ -101,8 +131,31 @@ class PoolEngine(wiring.Component):
             with m.If(at_data.first | (value > best[lane])):
                 m.d.sync += best[lane].eq(value)
         done = Signal()
-        m.d.sync += [done.eq(at_data.valid & at_data.last), self.write.payload.addr.eq(at_data.out_addr)]
-        m.d.comb += [self.write.valid.eq(done), self.write.payload.data.eq(best),
-                     self.write.payload.lanes.eq(~0)]
-        m.d.comb += self.busy.eq(running | Cat(*(t.valid for t in tags)).any() | done)
+        at_done = Signal.like(at_data)
+        m.d.sync += [done.eq(at_data.valid & at_data.last), at_done.eq(at_data)]
+
+        # The word's lanes from out_lane on (this cycle), and those past the word's end
+        # into the next word (next cycle: the spill).
+        here, spill = Signal.like(best), Signal.like(best)
+        here_en, spill_en = Signal(bank), Signal(bank)
+        spill_addr, spill_valid = Signal(w.act_addr), Signal()
+        with m.Switch(at_done.out_lane):
+            for lane in range(bank):
+                with m.Case(lane):
+                    for k in range(bank):
+                        if k >= lane:
+                            m.d.comb += [here[k].eq(best[k - lane]), here_en[k].eq(k - lane < at_done.lanes)]
+                        else:
+                            m.d.comb += [spill[k].eq(best[k + bank - lane]),
+                                         spill_en[k].eq(k + bank - lane < at_done.lanes)]
+        saved, saved_en = Signal.like(spill), Signal.like(spill_en)
+        m.d.sync += [spill_valid.eq(done & spill_en.any()), spill_addr.eq(at_done.out_addr + 1),
+                     saved.eq(spill), saved_en.eq(spill_en)]
+        with m.If(done):
+            m.d.comb += [self.write.valid.eq(1), self.write.payload.addr.eq(at_done.out_addr),
+                         self.write.payload.data.eq(here), self.write.payload.lanes.eq(here_en)]
+        with m.Elif(spill_valid):
+            m.d.comb += [self.write.valid.eq(1), self.write.payload.addr.eq(spill_addr),
+                         self.write.payload.data.eq(saved), self.write.payload.lanes.eq(saved_en)]
+        m.d.comb += self.busy.eq(running | Cat(*(t.valid for t in tags)).any() | done | spill_valid)
         return m

@@ -7,7 +7,9 @@ It walks the loop nest of :mod:`hdl.compiler.program` with counters only, innerm
         for (i, j, ct) in taps x channel tiles:   # kt, the reduction
           for pixel in block:              # consecutive steps, one accumulator each
 
-then computes the addresses in a feed-forward pipeline (:class:`WindowAddress`). There is
+(a folded op counts tiles of its kernel rows in ``j`` and has one ``ct``), then computes
+the addresses in a feed-forward pipeline (:class:`WindowAddress`, or
+:class:`FoldedWindowAddress` for folded ops). There is
 no back-pressure: once started it issues one step every cycle until the op is done, which
 is what keeps the array busy. Convolution windows are read straight from the activation
 memory (no im2col copy); taps outside the input are flagged as padding.
@@ -20,8 +22,9 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.program import GemmOp
 from hdl.compiler.widths import Widths, bits_for
+from hdl.config import AcceleratorConfig
 from hdl.gateware.pipeline import delay_line, delayed
-from hdl.gateware.window import WindowAddress, window_layout, window_params
+from hdl.gateware.window import FoldedWindowAddress, WindowAddress, window_layout, window_params
 
 
 def gemm_params_layout(w: Widths) -> data.StructLayout:
@@ -29,6 +32,7 @@ def gemm_params_layout(w: Widths) -> data.StructLayout:
     coord, tile = unsigned(w.coord), unsigned(w.tile)
     return data.StructLayout({
         "window": window_layout(w),
+        "folded": 1, "taps_w": coord,        # taps_w: kernel width, or tiles of a folded row
         "ct_count": tile, "k_tiles": tile, "nt_count": tile, "block": tile,
         "pixels": unsigned(w.pixel), "out_cw": coord, "out_base": unsigned(w.act_addr),
         "w_base": unsigned(w.weight_addr), "p_base": unsigned(w.param_addr),
@@ -38,15 +42,22 @@ def gemm_params_layout(w: Widths) -> data.StructLayout:
 def gemm_params(op: GemmOp) -> dict:
     """:func:`gemm_params_layout`'s values for ``op``."""
     return {"window": window_params(op.source, op.dest, op.kernel, op.stride, op.padding),
-            "ct_count": op.channel_tiles, "k_tiles": op.k_tiles, "nt_count": op.n_tiles,
+            "folded": int(op.folded), "taps_w": op.row_tiles if op.folded else op.kernel[1],
+            "ct_count": 1 if op.folded else op.channel_tiles, "k_tiles": op.k_tiles, "nt_count": op.n_tiles,
             "block": op.block, "pixels": op.pixels, "out_cw": op.dest.words_per_pixel,
             "out_base": op.dest.base, "w_base": op.weight_base, "p_base": op.param_base}
 
 
-def step_layout(w: Widths, in_groups: int, out_groups: int) -> data.StructLayout:
-    """One step: where its activations, weights, accumulators, parameters and results are."""
+def step_layout(w: Widths, cfg: AcceleratorConfig) -> data.StructLayout:
+    """One step: where its activations, weights, accumulators, parameters and results are.
+
+    The activations are the ``rows`` lanes from lane ``lane`` of word ``act_addr`` on (into
+    the next word when they run past it); rows outside ``[row_lo, row_hi)``, and all rows
+    when ``pad``, read the zero point instead."""
+    out_groups = cfg.bank_width // cfg.cols
     return data.StructLayout({
-        "act_addr": unsigned(w.act_addr), "act_group": unsigned(bits_for(in_groups - 1)), "pad": 1,
+        "act_addr": unsigned(w.act_addr), "lane": range(cfg.bank_width), "pad": 1,
+        "row_lo": range(cfg.rows + 1), "row_hi": range(cfg.rows + 1),
         "w_addr": unsigned(w.weight_addr),
         "first": 1, "last": 1,
         "acc_addr": unsigned(w.acc_addr),
@@ -55,9 +66,9 @@ def step_layout(w: Widths, in_groups: int, out_groups: int) -> data.StructLayout
     })
 
 
-def step_stream(w: Widths, in_groups: int, out_groups: int) -> stream.Signature:
+def step_stream(w: Widths, cfg: AcceleratorConfig) -> stream.Signature:
     """Steps flow without back-pressure: the array takes one every cycle."""
-    return stream.Signature(step_layout(w, in_groups, out_groups), always_ready=True)
+    return stream.Signature(step_layout(w, cfg), always_ready=True)
 
 
 class StepGenerator(wiring.Component):
@@ -66,8 +77,8 @@ class StepGenerator(wiring.Component):
     Parameters
     ----------
     widths: the program's :class:`Widths`.
-    in_groups: ``bank_width // rows``, groups of ``rows`` lanes in an activation word.
-    out_groups: ``bank_width // cols``.
+    config: the array's configuration.
+    folding: whether any op is folded (adds a :class:`FoldedWindowAddress`).
 
     Members
     -------
@@ -77,13 +88,15 @@ class StepGenerator(wiring.Component):
     steps: Out stream, registered.
     """
 
-    def __init__(self, widths: Widths, in_groups: int, out_groups: int):
-        self._w, self._in_groups, self._out_groups = widths, in_groups, out_groups
+    def __init__(self, widths: Widths, config: AcceleratorConfig, folding: bool = False):
+        self._w, self._cfg, self._folding = widths, config, folding
+        self._in_groups = config.bank_width // config.rows
+        self._out_groups = config.bank_width // config.cols
         super().__init__({
             "params": In(gemm_params_layout(widths)),
             "start": In(1),
             "busy": Out(1),
-            "steps": Out(step_stream(widths, in_groups, out_groups)),
+            "steps": Out(step_stream(widths, config)),
         })
 
     @staticmethod
@@ -119,7 +132,7 @@ class StepGenerator(wiring.Component):
 
         end_of_block = cnt == block_len - 1
         end_of_ct = ct == p.ct_count - 1
-        end_of_j = j == g.kw - 1
+        end_of_j = j == p.taps_w - 1
         end_of_k = end_of_ct & end_of_j & (i == g.kh - 1)
         end_of_m = (m0 + block_len) == p.pixels
         # Carries: each level advances when every level inside it wraps.
@@ -190,13 +203,15 @@ class StepGenerator(wiring.Component):
         n = self._loop_nest(m)
 
         # Stage 0: the step's counters, registered -------------------------------------
-        layout = step_layout(w, self._in_groups, self._out_groups)
+        layout = step_layout(w, self._cfg)
+        rows = self._cfg.rows
         s0, s0_valid = Signal(layout), Signal()
         s0_pixel, s0_nt_word = Signal(w.pixel), Signal(w.coord)
         m.submodules.window = window = WindowAddress(w)
         m.d.sync += [
             s0_valid.eq(n.running),
-            s0.act_group.eq(n.ct_group), s0.w_addr.eq(n.w_nt_base + n.kt),
+            s0.lane.eq(n.ct_group * rows), s0.row_lo.eq(0), s0.row_hi.eq(rows),
+            s0.w_addr.eq(n.w_nt_base + n.kt),
             s0.first.eq(n.kt == 0), s0.last.eq(n.end_of_k), s0.acc_addr.eq(n.cnt),
             s0.p_addr.eq(p.p_base + n.nt), s0.out_group.eq(n.nt_group),
             window.tap.oy.eq(n.oy), window.tap.ox.eq(n.ox), window.tap.i.eq(n.i), window.tap.j.eq(n.j),
@@ -216,5 +231,12 @@ class StepGenerator(wiring.Component):
             self.steps.payload.pad.eq(window.pad),
             self.steps.payload.out_addr.eq(delayed(m, out_addr, WindowAddress.LATENCY - 1, "out_addr")),
         ]
+        if self._folding:
+            m.submodules.folded_window = folded = FoldedWindowAddress(w, rows, self._cfg.bank_width)
+            m.d.comb += [folded.window.eq(p.window), folded.tap.eq(window.tap)]
+            with m.If(p.folded):
+                m.d.comb += [self.steps.payload.act_addr.eq(folded.addr), self.steps.payload.lane.eq(folded.lane),
+                             self.steps.payload.row_lo.eq(folded.row_lo), self.steps.payload.row_hi.eq(folded.row_hi),
+                             self.steps.payload.pad.eq(folded.pad)]
         m.d.comb += self.busy.eq(n.running | Cat(*valid).any())
         return m

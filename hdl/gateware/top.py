@@ -82,7 +82,7 @@ class NeuralNetworkAccelerator(wiring.Component):
         m.submodules.loader = loader = InputLoader(prog.input, prog.words_per_beat, cfg.input_bus_bits,
                                                    w.act_addr, lanes, bits)
         m.submodules.ops = ops = OpTable(prog, w)
-        m.submodules.steps = steps = StepGenerator(w, lanes // cfg.rows, lanes // cfg.cols)
+        m.submodules.steps = steps = StepGenerator(w, cfg, folding=any(op.folded for op in prog.gemm_ops))
         m.submodules.gemm = gemm = GemmEngine(prog, w)
         m.submodules.pool = pool = PoolEngine(w, lanes, bits)
         m.submodules.output = output = OutputUnit(prog, w)

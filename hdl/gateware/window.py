@@ -29,7 +29,7 @@ def window_layout(w: Widths) -> data.StructLayout:
 def window_params(source: TensorPlacement, dest: TensorPlacement, kernel, stride, padding) -> dict:
     """:func:`window_layout`'s values for one op of the program."""
     return {"in_base": source.base, "in_h": source.height, "in_w": source.width,
-            "in_cw": source.words_per_pixel, "in_pixels": source.height * source.width,
+            "in_cw": source.pixel_stride, "in_pixels": source.height * source.width,
             "kh": kernel[0], "kw": kernel[1], "sh": stride[0], "sw": stride[1],
             "ph": padding[0], "pw": padding[1], "out_h": dest.height, "out_w": dest.width}
 
@@ -82,4 +82,63 @@ class WindowAddress(wiring.Component):
 
         m.d.sync += [self.addr.eq(Mux(s2_pad, 0, g.in_base + s2_pixel * g.in_cw + s2_word)),
                      self.pad.eq(s2_pad)]
+        return m
+
+
+class FoldedWindowAddress(wiring.Component):
+    """The read of a folded convolution's tile, :attr:`LATENCY` cycles after the tap.
+
+    The tap's ``j`` is the tile ``t`` within kernel row ``i``; the source is packed with
+    ``in_cw`` channels a pixel. The tile is the ``rows`` elements from element
+    ``(in_base * B) + (image_base + iy * in_w + ix0) * in_cw + t * rows``, ``ix0 = ox * sw - pw``:
+    word ``addr`` from lane ``lane`` on (it may run into word ``addr + 1``). Rows
+    ``row_lo <= r < row_hi`` hold taps inside the input; the others read the zero point.
+    ``pad`` marks a kernel row outside the input (``addr`` is then 0).
+    """
+    LATENCY = WindowAddress.LATENCY
+
+    def __init__(self, widths: Widths, rows: int, bank_width: int):
+        if bank_width & (bank_width - 1):
+            raise ValueError(f"folded windows need a power-of-two bank width, not {bank_width}")
+        self._w, self._rows, self._bank = widths, rows, bank_width
+        super().__init__({
+            "window": In(window_layout(widths)),
+            "tap": In(tap_layout(widths)),
+            "addr": Out(unsigned(widths.act_addr)),
+            "lane": Out(range(bank_width)),
+            "row_lo": Out(range(rows + 1)), "row_hi": Out(range(rows + 1)),
+            "pad": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w, g, tap, rows = self._w, self.window, self.tap, self._rows
+        lane_bits = (self._bank - 1).bit_length()
+        coord_s = signed(w.coord + 1)
+        elem_s = signed(w.act_addr + lane_bits + 2)
+
+        # Stage 1: the kernel row's input row and first column, and the padding around it.
+        iy, ix0 = Signal(coord_s), Signal(coord_s)
+        m.d.comb += [iy.eq(tap.oy * g.sh + tap.i - g.ph), ix0.eq(tap.ox * g.sw - g.pw)]
+        s1_iy, s1_ix0, s1_pad = Signal(coord_s), Signal(coord_s), Signal()
+        s1_left, s1_right = Signal(coord_s), Signal(coord_s)         # taps [left, right) are inside
+        s1_base, s1_off = Signal(w.pixel), Signal(elem_s)
+        m.d.sync += [s1_iy.eq(iy), s1_ix0.eq(ix0), s1_base.eq(tap.image_base), s1_off.eq(tap.j * rows),
+                     s1_pad.eq((iy < 0) | (iy >= g.in_h)),
+                     s1_left.eq(Mux(ix0 < 0, -ix0, 0)),
+                     s1_right.eq(Mux(g.in_w - ix0 < g.kw, g.in_w - ix0, g.kw))]
+
+        # Stage 2: the row's first pixel, and the inside taps as tile rows.
+        s2_pixel, s2_off, s2_pad = Signal(signed(w.pixel + 1)), Signal(elem_s), Signal()
+        s2_lo, s2_hi = Signal(elem_s), Signal(elem_s)
+        m.d.sync += [s2_pixel.eq(s1_base + s1_iy * g.in_w + s1_ix0), s2_off.eq(s1_off), s2_pad.eq(s1_pad),
+                     s2_lo.eq(s1_left * g.in_cw - s1_off), s2_hi.eq(s1_right * g.in_cw - s1_off)]
+
+        # Stage 3: the element address as word and lane; the bounds clamped to the rows.
+        element = Signal(elem_s)
+        m.d.comb += element.eq(g.in_base * self._bank + s2_pixel * g.in_cw + s2_off)
+        m.d.sync += [self.addr.eq(Mux(s2_pad, 0, element[lane_bits:])), self.lane.eq(element[:lane_bits]),
+                     self.pad.eq(s2_pad)]
+        for bound, value in ((self.row_lo, s2_lo), (self.row_hi, s2_hi)):
+            m.d.sync += bound.eq(Mux(value < 0, 0, Mux(value > rows, rows, value)))
         return m
