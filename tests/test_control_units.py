@@ -152,10 +152,10 @@ def test_activation_memory_reader_selection_and_write_priority():
                     if enables >> lane & 1:
                         mem[addr][lane] = data[lane]
             # The selected reader's word, one cycle later, on every read port (and the
-            # word after it on the GEMM's pair port).
+            # word after it on the pair ports).
             for r, port in readers.items():
                 got = [int(v) for v in ctx.get(port.data)]
-                assert got == (want if r == Reader.GEMM else want[:lanes]), f"cycle {t}, reader {reader}, port {r}"
+                assert got == (want if r != Reader.OUTPUT else want[:lanes]), f"cycle {t}, reader {reader}, port {r}"
             stats["reads"][reader] += 1
         # Read back everything through each reader in turn, with no writes.
         for port in writers:
@@ -166,7 +166,7 @@ def test_activation_memory_reader_selection_and_write_priority():
                 ctx.set(port.addr, addr)
                 await ctx.tick()
                 want = _pair(mem, addr, lanes)
-                assert [int(v) for v in ctx.get(port.data)] == (want if reader == Reader.GEMM else want[:lanes])
+                assert [int(v) for v in ctx.get(port.data)] == (want if reader != Reader.OUTPUT else want[:lanes])
 
     run_bench(dut, bench)
     assert stats["collisions"] > 20 and stats["partial"] > 20 and min(stats["reads"].values()) > 50
@@ -242,10 +242,12 @@ def test_op_table_holds_each_ops_constants():
                 assert _as_dict(ctx.get(dut.gemm)) == want, op.name
                 assert ctx.get(dut.zero_point) == op.input_zero_point
             else:
-                # Neither pool writes packed here (c2's 5 channels of a 2x1 kernel do not fold).
+                # Neither pool writes packed here (c2's 5 channels of a 2x1 kernel do not fold);
+                # both read their pixels' two words at once.
+                assert op.pair_reads and op.reads_per_pixel == 1 and op.dest.words_per_pixel == 2
                 want = {"window": _window(op), "out_base": op.dest.base,
-                        "pixels": op.dest.images * op.dest.height * op.dest.width,
-                        "out_words": op.dest.words_per_pixel, "out_lanes": 0, "last_lanes": 4}
+                        "pixels": op.dest.images * op.dest.height * op.dest.width, "pair": 1, "reads": 1,
+                        "out_words": 2, "out_lanes": 0, "last_lanes": 8}
                 assert _as_dict(ctx.get(dut.pool)) == want, op.name
 
     run_bench(dut, bench, clock=False)

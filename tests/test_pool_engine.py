@@ -148,7 +148,7 @@ def _check_pool_ops(program, layers, seed):
                     writes.append(write)
                 await ctx.tick()
                 ctx.set(dut.start, 0)
-                data = list(mem[addr]) if addr < len(mem) else [0] * bank
+                data = [v for a in (addr, addr + 1) for v in (mem[a] if a < len(mem) else [0] * bank)]
                 if write is not None:
                     for lane in range(bank):
                         if write[2] >> lane & 1:
@@ -177,7 +177,7 @@ def _check_pool_ops(program, layers, seed):
             assert counts == {divmod(e, bank): 1 for e in elements}, f"{op.name}: lanes written"
             words = op.dest.pixels * op.source.words_per_pixel
             assert len(writes) > words, "some words spill into the next"
-            assert op.steps <= cycles <= op.steps + 9, f"{op.name}: {cycles} cycles for {op.steps} reads"
+            assert op.steps <= cycles <= op.steps + 11, f"{op.name}: {cycles} cycles for {op.steps} reads"
         else:
             want = _lanewise_pool(before, op, bank)
             # Every output word written exactly once, whole words, nothing else touched.
@@ -187,7 +187,7 @@ def _check_pool_ops(program, layers, seed):
                 assert data == want[addr], f"{op.name}: word {addr}: expected {want[addr]}, got {data}"
             assert all(after[a] == before[a] for a in range(len(before)) if a not in want)
             # One read a cycle, no stalls: the op takes its reads plus the pipeline's depth.
-            assert op.steps <= cycles <= op.steps + 8, f"{op.name}: {cycles} cycles for {op.steps} reads"
+            assert op.steps <= cycles <= op.steps + 11, f"{op.name}: {cycles} cycles for {op.steps} reads"
         # The channels against the integer reference (PyTorch max-pool, -128 padding).
         layer = next(l for l in layers if l.name == op.name)
         source = torch.as_tensor(read_tensor(before, op.source, bank), dtype=torch.int8)
@@ -216,7 +216,7 @@ def test_padding_never_wins():
                 if ctx.get(dut.write.valid) else None
             await ctx.tick()
             ctx.set(dut.start, 0)
-            ctx.set(dut.read.data, mem[addr] if addr < len(mem) else [0] * bank)
+            ctx.set(dut.read.data, [v for a in (addr, addr + 1) for v in (mem[a] if a < len(mem) else [0] * bank)])
             if write:
                 mem[write[0]] = write[1]
 

@@ -134,12 +134,21 @@ class GemmOp(WindowOp):
 
 @dataclass(frozen=True)
 class PoolOp(WindowOp):
-    """Max-pooling, a pass of its own over the activation memory."""
+    """Max-pooling, a pass of its own over the activation memory. Each read takes one word
+    of a pixel's channels, or two with ``pair_reads``; the engine writes the result a word
+    a cycle, so the lowering pairs reads only where the window's taps leave time for the
+    words one read's lanes can touch (two, three when the destination is packed)."""
+    pair_reads: bool = False
+
+    @property
+    def reads_per_pixel(self) -> int:
+        words = self.source.words_per_pixel
+        return _ceil_div(words, 2) if self.pair_reads else words
 
     @property
     def steps(self) -> int:
-        """Memory reads: one per window tap per output word (a word of the source's pixels)."""
-        return self.dest.pixels * self.source.words_per_pixel * self.kernel[0] * self.kernel[1]
+        """Memory reads: one per window tap per read of an output pixel's channels."""
+        return self.dest.pixels * self.reads_per_pixel * self.kernel[0] * self.kernel[1]
 
 
 @dataclass
@@ -244,8 +253,10 @@ class _Lowering:
             dest = dataclasses.replace(at_zero, base=at_zero.base + (low_words if half else 0))
             half ^= 1
             if isinstance(layer, MaxPool2dLayer):
+                taps = math.prod(layer.kernel_size)
+                pair = current.words_per_pixel > 1 and taps >= (3 if dest.packed_lanes else 2)
                 self.ops.append(PoolOp(layer.name, current, dest, tuple(layer.kernel_size),
-                                       tuple(layer.stride), tuple(layer.padding)))
+                                       tuple(layer.stride), tuple(layer.padding), pair))
             elif isinstance(layer, (DenseLayer, Conv2dLayer)):
                 self.ops.append(self.gemm(layer, current, dest, pending_flatten))
             else:

@@ -45,7 +45,7 @@ class ActivationMemory(wiring.Component):
     """Members
     -------
     reader: In, who owns the read port.
-    gemm_read: In, a pair read port; pool_read, output_read: In, read ports.
+    gemm_read, pool_read: In, pair read ports; output_read: In, a read port.
     load, gemm_write, pool_write: In, write streams, in priority order.
     """
     WRITERS = ("load", "gemm_write", "pool_write")
@@ -54,8 +54,8 @@ class ActivationMemory(wiring.Component):
     def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int):
         self._depth, self._lanes, self._data_bits = depth, lanes, data_bits
         members = {"reader": In(Reader)}
-        members |= {"gemm_read": In(pair_read_port(addr_bits, lanes, data_bits))}
-        members |= {name: In(read_port(addr_bits, lanes, data_bits)) for name in ("pool_read", "output_read")}
+        members |= {name: In(pair_read_port(addr_bits, lanes, data_bits)) for name in ("gemm_read", "pool_read")}
+        members |= {"output_read": In(read_port(addr_bits, lanes, data_bits))}
         members |= {name: In(write_port(addr_bits, lanes, data_bits)) for name in self.WRITERS}
         self._addr_bits = addr_bits
         super().__init__(members)
@@ -93,6 +93,6 @@ class ActivationMemory(wiring.Component):
         m.d.comb += [first.eq(reads[0].data), second.eq(reads[1].data)]
         with m.If(odd_first):
             m.d.comb += [first.eq(reads[1].data), second.eq(reads[0].data)]
-        m.d.comb += [self.gemm_read.data.eq(Cat(first, second)),
-                     self.pool_read.data.eq(first), self.output_read.data.eq(first)]
+        m.d.comb += [self.gemm_read.data.eq(Cat(first, second)), self.pool_read.data.eq(Cat(first, second)),
+                     self.output_read.data.eq(first)]
         return m

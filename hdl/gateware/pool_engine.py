@@ -1,14 +1,13 @@
 """Max-pooling as its own pass over the activation memory.
 
-For each output pixel and each word of its channels, the window's taps are read one a
-cycle and a running lane-wise maximum is kept; taps outside the input read as
-``MAXPOOL_PAD_VALUE`` (the smallest code, so they never win, as PyTorch's -infinity
-padding). One read a cycle, no stalls.
+For each output pixel and each read of its channels (one word, or two with
+``pair_reads``), the window's taps are read one a cycle and a running lane-wise maximum
+is kept; taps outside the input read as ``MAXPOOL_PAD_VALUE`` (the smallest code, so they
+never win, as PyTorch's -infinity padding). One read a cycle, no stalls.
 
-A packed destination (the input of a folded convolution) puts output word ``q`` of pixel
-``p`` at element ``p * C + q * B``: its lanes are rotated into two consecutive words and
-written in two cycles (a window of at least two taps leaves time), lanes past ``C`` not
-at all.
+The finished lanes are written a word a cycle through a queue of three. A packed
+destination (the input of a folded convolution) puts read ``q`` of pixel ``p`` at element
+``p * C + q * lanes``, rotated across words; lanes past ``C`` are not written.
 """
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
@@ -16,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.program import PoolOp
 from hdl.compiler.widths import Widths
-from hdl.gateware.activation_memory import read_port, write_port
+from hdl.gateware.activation_memory import pair_read_port, write_port
 from hdl.gateware.pipeline import delay_line, delayed
 from hdl.gateware.window import WindowAddress, window_layout, window_params
 from pytorch_ref.ir import integer_semantics as sem
@@ -26,28 +25,30 @@ def pool_params_layout(w: Widths, bank_width: int) -> data.StructLayout:
     """``out_words``, ``out_lanes``: one output pixel's extent (``C`` elements when packed,
     else its words); ``last_lanes``: the lanes of its last word that are channels."""
     return data.StructLayout({"window": window_layout(w), "out_base": unsigned(w.act_addr),
-                              "pixels": unsigned(w.pixel), "out_words": unsigned(w.coord),
-                              "out_lanes": range(bank_width), "last_lanes": range(bank_width + 1)})
+                              "pixels": unsigned(w.pixel), "pair": 1, "reads": unsigned(w.coord),
+                              "out_words": unsigned(w.coord), "out_lanes": range(bank_width),
+                              "last_lanes": range(2 * bank_width + 1)})
 
 
 def pool_params(op: PoolOp, bank_width: int) -> dict:
     """:func:`pool_params_layout`'s values for ``op``."""
-    dest = op.dest
+    dest, per_read = op.dest, (2 if op.pair_reads else 1) * bank_width
     if dest.packed_lanes:
         out_words, out_lanes = divmod(dest.channels, bank_width)
-        last_lanes = dest.channels - (op.source.words_per_pixel - 1) * bank_width
+        last_lanes = dest.channels - (op.reads_per_pixel - 1) * per_read
     else:
-        out_words, out_lanes, last_lanes = dest.words_per_pixel, 0, bank_width
+        out_words, out_lanes = dest.words_per_pixel, 0
+        last_lanes = (dest.words_per_pixel * bank_width) - (op.reads_per_pixel - 1) * per_read
     return {"window": window_params(op.source, op.dest, op.kernel, op.stride, op.padding),
-            "out_base": dest.base, "pixels": dest.pixels, "out_words": out_words, "out_lanes": out_lanes,
-            "last_lanes": last_lanes}
+            "out_base": dest.base, "pixels": dest.pixels, "pair": int(op.pair_reads),
+            "reads": op.reads_per_pixel, "out_words": out_words, "out_lanes": out_lanes, "last_lanes": last_lanes}
 
 
 class PoolEngine(wiring.Component):
     """Members
     -------
     params: In, held while busy; start: In (pulse, ignored while busy); busy: Out.
-    read: the activation memory's read port (data one cycle after the address).
+    read: the activation memory's pair read port (two words, one cycle after the address).
     write: writes of finished output words (whole words unless packed).
     """
 
@@ -57,7 +58,7 @@ class PoolEngine(wiring.Component):
             "params": In(pool_params_layout(widths, bank_width)),
             "start": In(1),
             "busy": Out(1),
-            "read": Out(read_port(widths.act_addr, bank_width, data_bits)),
+            "read": Out(pair_read_port(widths.act_addr, bank_width, data_bits)),
             "write": Out(write_port(widths.act_addr, bank_width, data_bits)),
         })
 
@@ -74,13 +75,12 @@ class PoolEngine(wiring.Component):
         ibase, pix = Signal(w.pixel), Signal(w.pixel)   # image's first input pixel; output pixel
         last_j = j == g.kw - 1
         last_tap = last_j & (i == g.kh - 1)
-        last_word = q == g.in_cw - 1
+        last_read = q == p.reads - 1
 
-        # Counters, innermost first: tap (i, j), word q of the pixel's channels, pixel.
-        next_word = running & last_tap
-        next_pixel = next_word & last_word
+        # Counters, innermost first: tap (i, j), read q of the pixel's channels, pixel.
+        next_read = running & last_tap
+        next_pixel = next_read & last_read
         with m.If(~self.busy & self.start):                 # ignored until the last write
-
             m.d.sync += [running.eq(1), oy.eq(0), ox.eq(0), q.eq(0), i.eq(0), j.eq(0),
                          out_addr.eq(p.out_base), out_lane.eq(0), pix_addr.eq(p.out_base), pix_lane.eq(0),
                          ibase.eq(0), pix.eq(0)]
@@ -89,7 +89,7 @@ class PoolEngine(wiring.Component):
             with m.If(last_j):
                 m.d.sync += [j.eq(0), i.eq(i + 1)]
             with m.If(last_tap):
-                m.d.sync += [i.eq(0), out_addr.eq(out_addr + 1), q.eq(q + 1)]
+                m.d.sync += [i.eq(0), out_addr.eq(out_addr + 1 + p.pair), q.eq(q + 1)]
         with m.If(next_pixel):
             # The next pixel starts out_words words and out_lanes lanes on.
             lane_sum = Signal(range(2 * bank))
@@ -111,19 +111,19 @@ class PoolEngine(wiring.Component):
         # Stage 0: the tap, registered; stages 1-3: its address (window pipeline).
         m.submodules.window = window = WindowAddress(w)
         tag = Signal(data.StructLayout({"valid": 1, "first": 1, "last": 1, "out_addr": w.act_addr,
-                                        "out_lane": range(bank), "lanes": range(bank + 1)}))
+                                        "out_lane": range(bank), "lanes": range(2 * bank + 1)}))
         m.d.sync += [tag.valid.eq(running), tag.first.eq((i == 0) & (j == 0)), tag.last.eq(last_tap),
                      tag.out_addr.eq(out_addr), tag.out_lane.eq(out_lane),
-                     tag.lanes.eq(Mux(last_word, p.last_lanes, bank)),
+                     tag.lanes.eq(Mux(last_read, p.last_lanes, Mux(p.pair, 2 * bank, bank))),
                      window.tap.oy.eq(oy), window.tap.ox.eq(ox), window.tap.i.eq(i), window.tap.j.eq(j),
-                     window.tap.image_base.eq(ibase), window.tap.word.eq(q)]
+                     window.tap.image_base.eq(ibase), window.tap.word.eq(Mux(p.pair, q << 1, q))]
         m.d.comb += [window.window.eq(g), self.read.addr.eq(window.addr)]
         tags = delay_line(m, tag, WindowAddress.LATENCY + 1, "tag")
 
-        # Data arrives a cycle after the address: running maximum.
+        # Data arrives a cycle after the address: running maximum, lane-wise over two words.
         at_data, pad = tags[-1], delayed(m, window.pad, 1, "pad")
-        best = Signal(data.ArrayLayout(signed(self._data_bits), self._bank))
-        for lane in range(self._bank):
+        best = Signal(data.ArrayLayout(signed(self._data_bits), 2 * bank))
+        for lane in range(2 * bank):
             value = Signal(signed(self._data_bits), name=f"tap{lane}")
             m.d.comb += value.eq(self.read.data[lane])
             with m.If(pad):
@@ -134,28 +134,27 @@ class PoolEngine(wiring.Component):
         at_done = Signal.like(at_data)
         m.d.sync += [done.eq(at_data.valid & at_data.last), at_done.eq(at_data)]
 
-        # The word's lanes from out_lane on (this cycle), and those past the word's end
-        # into the next word (next cycle: the spill).
-        here, spill = Signal.like(best), Signal.like(best)
-        here_en, spill_en = Signal(bank), Signal(bank)
-        spill_addr, spill_valid = Signal(w.act_addr), Signal()
+        # The finished lanes, rotated to their place in three words from out_addr on, then
+        # written a word a cycle (the lowering keeps the words that hold any lane no more
+        # than the window's taps, so a queue is empty before the next one is loaded).
+        rotated = Signal(data.ArrayLayout(signed(self._data_bits), 3 * bank))
+        enables = Signal(3 * bank)
         with m.Switch(at_done.out_lane):
             for lane in range(bank):
                 with m.Case(lane):
-                    for k in range(bank):
-                        if k >= lane:
-                            m.d.comb += [here[k].eq(best[k - lane]), here_en[k].eq(k - lane < at_done.lanes)]
-                        else:
-                            m.d.comb += [spill[k].eq(best[k + bank - lane]),
-                                         spill_en[k].eq(k + bank - lane < at_done.lanes)]
-        saved, saved_en = Signal.like(spill), Signal.like(spill_en)
-        m.d.sync += [spill_valid.eq(done & spill_en.any()), spill_addr.eq(at_done.out_addr + 1),
-                     saved.eq(spill), saved_en.eq(spill_en)]
+                    for k in range(2 * bank):
+                        m.d.comb += [rotated[lane + k].eq(best[k]), enables[lane + k].eq(k < at_done.lanes)]
+        queue = [Signal(data.StructLayout({"addr": unsigned(w.act_addr),
+                                           "data": data.ArrayLayout(signed(self._data_bits), bank),
+                                           "lanes": unsigned(bank)}), name=f"queue{k}") for k in range(3)]
         with m.If(done):
-            m.d.comb += [self.write.valid.eq(1), self.write.payload.addr.eq(at_done.out_addr),
-                         self.write.payload.data.eq(here), self.write.payload.lanes.eq(here_en)]
-        with m.Elif(spill_valid):
-            m.d.comb += [self.write.valid.eq(1), self.write.payload.addr.eq(spill_addr),
-                         self.write.payload.data.eq(saved), self.write.payload.lanes.eq(saved_en)]
-        m.d.comb += self.busy.eq(running | Cat(*(t.valid for t in tags)).any() | done | spill_valid)
+            for k, entry in enumerate(queue):
+                m.d.sync += [entry.addr.eq(at_done.out_addr + k), entry.data.eq(rotated.as_value()[
+                                 k * bank * self._data_bits:(k + 1) * bank * self._data_bits]),
+                             entry.lanes.eq(enables[k * bank:(k + 1) * bank])]
+        with m.Else():
+            m.d.sync += [queue[0].eq(queue[1]), queue[1].eq(queue[2]), queue[2].lanes.eq(0)]
+        m.d.comb += [self.write.valid.eq(queue[0].lanes.any()), self.write.payload.eq(queue[0])]
+        m.d.comb += self.busy.eq(running | Cat(*(t.valid for t in tags)).any() | done |
+                                 Cat(*(entry.lanes for entry in queue)).any())
         return m
