@@ -61,7 +61,9 @@ def test_program_numbers_of_a_small_cnn():
     assert (gemm.channel_tiles, gemm.n_tiles, gemm.kernel, gemm.padding) == (1, 2, (3, 3), (1, 1))
     assert gemm.k_tiles == 9 and gemm.steps == 2 * 9 * 64
     assert gemm.macs == 64 * 6 * 27 and gemm.input_zero_point == 3
-    assert (pooling.dest.height, pooling.dest.width, pooling.steps) == (4, 4, 16 * 2 * 4)     # 2 words a pixel (6 channels, 4 lanes a word), 2x2 taps
+    # 2 words a pixel (6 channels, 4 lanes a word), read as one pair; 2x2 taps.
+    assert not gemm.folded and pooling.pair_reads           # 3 kernel rows of 9 values would take 9 tiles too
+    assert (pooling.dest.height, pooling.dest.width, pooling.steps) == (4, 4, 16 * 1 * 4)
     assert program.weight_tiles.shape == (2 * 9, 4, 4)
     # Ping-pong: the pooling op reads where the convolution wrote.
     assert pooling.source == gemm.dest and gemm.source == program.input and program.output == pooling.dest
@@ -80,3 +82,51 @@ def test_bias_beyond_the_ir_accumulator_names_the_layer():
     with pytest.raises(ValueError, match=r"^fc: bias \+ sum of \(x - zero point\) \* weight reaches "
                                          r"\[.*\] for some int8 input, beyond the 32-bit accumulator"):
         dense_model(np.full((1, 8), 127), [2_147_478_618])
+
+
+def _lenet_like(rng):
+    def conv(name, c_in, c_out):
+        return Conv2dLayer(name, rng.integers(-127, 128, (c_out, c_in, 5, 5)).astype(np.int8), np.zeros(c_out, np.int32),
+                           QuantParams(0.1, 3), QuantParams(0.1, 0), _requant(c_out))
+    layers = (conv("c1", 1, 10), MaxPool2dLayer("p1", (2, 2), (2, 2)), conv("c2", 10, 20),
+              MaxPool2dLayer("p2", (2, 2), (2, 2)), conv("c3", 20, 50))
+    return QuantizedModel("lenet_like", (1, 44, 44), QuantParams(0.1, 3), layers)
+
+
+def test_folding_where_it_saves_tiles():
+    """LeNet's convolutions fold on 8 rows: the input and both pools' outputs are packed
+    (each conv reads kernel rows of kw * C consecutive values), the k tiles drop from
+    25, 50, 75 to 5, 35, 65, and the packed tensors keep guard words around them."""
+    program = lower(_lenet_like(np.random.default_rng(2)), AcceleratorConfig(rows=8, cols=8))
+    c1, p1, c2, p2, c3 = program.ops
+    assert [op.folded for op in (c1, c2, c3)] == [True, True, True]
+    assert [(op.row_tiles, op.k_tiles) for op in (c1, c2, c3)] == [(1, 5), (7, 35), (13, 65)]
+    assert [op.source.packed_lanes for op in (c1, c2, c3)] == [8, 8, 8]
+    assert not any(op.dest.packed_lanes for op in (c1, c2, c3)) and p1.dest.packed_lanes and p2.dest.packed_lanes
+    assert program.input.base >= 1 and program.input.words == -(-44 * 44 // 8)
+    assert (p1.pair_reads, p2.pair_reads) == (True, True)      # 10 and 20 channels: 2 and 3 words a pixel
+    # An op's source and destination do not overlap, and the packed tensors' guard words
+    # stay inside the memory.
+    for op in program.ops:
+        low, high = sorted((op.source, op.dest), key=lambda t: t.base)
+        assert low.base + low.words <= high.base
+        if op.dest.packed_lanes:
+            assert op.dest.base >= 1 and op.dest.base + op.dest.words + 2 <= program.activation_words
+
+
+def test_no_folding_without_a_power_of_two_word_or_gain():
+    """12-lane words (12x12) keep the tap-by-tap order; so does a layer folding would not
+    shorten (16 channels on 8 rows), and a pool of one tap cannot write packed."""
+    model = _lenet_like(np.random.default_rng(3))
+    assert not any(op.folded for op in lower(model, AcceleratorConfig(rows=12, cols=12)).gemm_ops)
+    program = lower(model, AcceleratorConfig(rows=4, cols=8))
+    c1, _, c2, _, c3 = program.ops
+    assert (c1.folded, c2.folded, c3.folded) == (True, True, False)    # 20 channels = 5 tiles of 4 either way
+    rng = np.random.default_rng(4)
+    layers = (Conv2dLayer("c1", rng.integers(-5, 6, (3, 2, 1, 1)).astype(np.int8), np.zeros(3, np.int32),
+                          QuantParams(0.1, 0), QuantParams(0.1, 0), _requant(3)),
+              MaxPool2dLayer("p", (1, 1), (1, 1)),
+              Conv2dLayer("c2", rng.integers(-5, 6, (2, 3, 3, 3)).astype(np.int8), np.zeros(2, np.int32),
+                          QuantParams(0.1, 0), QuantParams(0.1, 0), _requant(2)))
+    program = lower(QuantizedModel("one_tap", (2, 6, 6), QuantParams(0.1, 0), layers), AcceleratorConfig(rows=8, cols=8))
+    assert not program.ops[1].dest.packed_lanes and not program.ops[2].folded

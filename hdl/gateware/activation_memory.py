@@ -65,8 +65,9 @@ class ActivationMemory(wiring.Component):
         word = unsigned(self._lanes * self._data_bits)
         # Word a is entry a >> 1 of bank a & 1; reading a and a + 1 reads entry (a + 1) >> 1
         # of the even bank and a >> 1 of the odd one.
-        m.submodules.even = even = memory.Memory(shape=word, depth=self._depth // 2 + 1, init=[])
-        m.submodules.odd = odd = memory.Memory(shape=word, depth=max(1, (self._depth + 1) // 2), init=[])
+        # (At least two entries: Yosys's SMT back end cannot take a memory of one.)
+        m.submodules.even = even = memory.Memory(shape=word, depth=max(2, self._depth // 2 + 1), init=[])
+        m.submodules.odd = odd = memory.Memory(shape=word, depth=max(2, (self._depth + 1) // 2), init=[])
         banks = (even, odd)
         writes = [bank.write_port(granularity=self._data_bits) for bank in banks]
         reads = [bank.read_port() for bank in banks]
