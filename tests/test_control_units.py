@@ -109,9 +109,12 @@ def test_perf_counters_count_the_start_and_stop_cycles():
 
 # --- ActivationMemory -------------------------------------------------------------------------
 
-def _pair(mem, addr, lanes):
-    """Words ``addr`` and ``addr + 1`` (zero past the end: never written)."""
-    return list(mem[addr]) + (list(mem[addr + 1]) if addr + 1 < len(mem) else [0] * lanes)
+def _words(mem, addr, lanes, words):
+    """Words ``addr`` ... ``addr + words - 1`` (zero past the end: never written)."""
+    return [v for a in range(addr, addr + words) for v in (mem[a] if a < len(mem) else [0] * lanes)]
+
+
+READ_WORDS = {Reader.GEMM: 2, Reader.POOL: 4, Reader.OUTPUT: 1}
 
 
 def test_activation_memory_reader_selection_and_write_priority():
@@ -134,8 +137,8 @@ def test_activation_memory_reader_selection_and_write_priority():
             valids = [bool(rng.random() < 0.4) for _ in writers]
             for index, (port, valid) in enumerate(zip(writers, valids)):
                 addr = int(rng.integers(depth))
-                while valid and addr in (addrs[reader], addrs[reader] + 1):
-                    addr = (addr + 2) % depth          # read-during-write is left unspecified
+                while valid and addrs[reader] <= addr < addrs[reader] + 4:
+                    addr = (addr + 4) % depth          # read-during-write is left unspecified
                 data = [int(v) for v in rng.integers(-128, 128, lanes)]
                 enables = int(rng.integers(0, 1 << lanes))
                 ctx.set(port.valid, valid)
@@ -143,7 +146,7 @@ def test_activation_memory_reader_selection_and_write_priority():
                 if valid and winner is None:
                     winner = (addr, data, enables)
             stats["collisions"] += sum(valids) > 1
-            want = _pair(mem, addrs[reader], lanes)
+            want = _words(mem, addrs[reader], lanes, 4)
             await ctx.tick()
             if winner is not None:
                 addr, data, enables = winner
@@ -151,11 +154,11 @@ def test_activation_memory_reader_selection_and_write_priority():
                 for lane in range(lanes):
                     if enables >> lane & 1:
                         mem[addr][lane] = data[lane]
-            # The selected reader's word, one cycle later, on every read port (and the
-            # word after it on the pair ports).
+            # The selected reader's words, one cycle later, on every read port (one, two or
+            # four of them from the address on).
             for r, port in readers.items():
                 got = [int(v) for v in ctx.get(port.data)]
-                assert got == (want if r != Reader.OUTPUT else want[:lanes]), f"cycle {t}, reader {reader}, port {r}"
+                assert got == want[:READ_WORDS[r] * lanes], f"cycle {t}, reader {reader}, port {r}"
             stats["reads"][reader] += 1
         # Read back everything through each reader in turn, with no writes.
         for port in writers:
@@ -165,8 +168,8 @@ def test_activation_memory_reader_selection_and_write_priority():
             for addr in range(depth):
                 ctx.set(port.addr, addr)
                 await ctx.tick()
-                want = _pair(mem, addr, lanes)
-                assert [int(v) for v in ctx.get(port.data)] == (want if reader != Reader.OUTPUT else want[:lanes])
+                want = _words(mem, addr, lanes, READ_WORDS[reader])
+                assert [int(v) for v in ctx.get(port.data)] == want
 
     run_bench(dut, bench)
     assert stats["collisions"] > 20 and stats["partial"] > 20 and min(stats["reads"].values()) > 50
@@ -244,9 +247,9 @@ def test_op_table_holds_each_ops_constants():
             else:
                 # Neither pool writes packed here (c2's 5 channels of a 2x1 kernel do not fold);
                 # both read their pixels' two words at once.
-                assert op.pair_reads and op.reads_per_pixel == 1 and op.dest.words_per_pixel == 2
+                assert op.words_per_read == 2 and op.reads_per_pixel == 1 and op.dest.words_per_pixel == 2
                 want = {"window": _window(op), "out_base": op.dest.base,
-                        "pixels": op.dest.images * op.dest.height * op.dest.width, "pair": 1, "reads": 1,
+                        "pixels": op.dest.images * op.dest.height * op.dest.width, "words": 2, "read_lanes": 8, "reads": 1,
                         "out_words": 2, "out_lanes": 0, "last_lanes": 8}
                 assert _as_dict(ctx.get(dut.pool)) == want, op.name
 

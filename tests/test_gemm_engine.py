@@ -190,7 +190,7 @@ def _run_gemm_ops(program, mem):
                     writes.append(write)
                 await ctx.tick()
                 ctx.set(gen.start, 0)
-                # The edge reads the old words (two: a pair read) and applies the write, lane by lane.
+                # The edge reads the old words (two: the GEMM's read) and applies the write, lane by lane.
                 data = [v for a in (addr, addr + 1) for v in (mem[a] if a < len(mem) else [0] * bank)]
                 if write is not None:
                     _, waddr, wdata, lanes = write

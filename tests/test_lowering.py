@@ -61,8 +61,8 @@ def test_program_numbers_of_a_small_cnn():
     assert (gemm.channel_tiles, gemm.n_tiles, gemm.kernel, gemm.padding) == (1, 2, (3, 3), (1, 1))
     assert gemm.k_tiles == 9 and gemm.steps == 2 * 9 * 64
     assert gemm.macs == 64 * 6 * 27 and gemm.input_zero_point == 3
-    # 2 words a pixel (6 channels, 4 lanes a word), read as one pair; 2x2 taps.
-    assert not gemm.folded and pooling.pair_reads           # 3 kernel rows of 9 values would take 9 tiles too
+    # 2 words a pixel (6 channels, 4 lanes a word), read at once; 2x2 taps.
+    assert not gemm.folded and pooling.words_per_read == 2   # 3 kernel rows of 9 values would take 9 tiles too
     assert (pooling.dest.height, pooling.dest.width, pooling.steps) == (4, 4, 16 * 1 * 4)
     assert program.weight_tiles.shape == (2 * 9, 4, 4)
     # Ping-pong: the pooling op reads where the convolution wrote.
@@ -104,7 +104,9 @@ def test_folding_where_it_saves_tiles():
     assert [op.source.packed_lanes for op in (c1, c2, c3)] == [8, 8, 8]
     assert not any(op.dest.packed_lanes for op in (c1, c2, c3)) and p1.dest.packed_lanes and p2.dest.packed_lanes
     assert program.input.base >= 1 and program.input.words == -(-44 * 44 // 8)
-    assert (p1.pair_reads, p2.pair_reads) == (True, True)      # 10 and 20 channels: 2 and 3 words a pixel
+    # 10 and 20 channels: 2 and 3 words a pixel, each pixel's read at once (4 taps leave
+    # time to write the 3 or 4 words the packed lanes touch).
+    assert (p1.words_per_read, p2.words_per_read) == (2, 3) and p1.steps == 400 * 4 and p2.steps == 64 * 4
     # An op's source and destination do not overlap, and the packed tensors' guard words
     # stay inside the memory.
     for op in program.ops:

@@ -95,13 +95,17 @@ def _packed_program(rows, cols, channels, kernel, batch):
 
 
 @pytest.mark.parametrize("rows, cols, channels, kernel, batch",
-                         [(8, 4, 3, (2, 2), 2), (8, 4, 5, (1, 2), 1), (8, 8, 11, (2, 3), 1), (4, 2, 6, (2, 1), 2)])
+                         [(8, 4, 3, (2, 2), 2), (8, 4, 5, (1, 2), 1), (8, 8, 11, (2, 3), 1), (4, 2, 6, (2, 1), 2),
+                          (8, 8, 20, (2, 2), 1), (4, 4, 18, (3, 2), 2)])
 def test_pool_writes_packed_output(rows, cols, channels, kernel, batch):
-    """Output words rotated into two words (the spill a cycle later), lanes past the
-    channels not written, at every lane offset a pixel can start on."""
+    """Reads of one to four words rotated into the words after them (written a cycle
+    apart), lanes past the channels not written, at every lane offset a pixel can start
+    on; 18 channels in 4-lane words take a read of four words and one of one."""
     program, layers = _packed_program(rows, cols, channels, kernel, batch)
     pool, conv = program.ops[1:]
     assert pool.dest.packed_lanes and conv.folded and pool.dest is conv.source
+    want_words = {3: 1, 5: 1, 11: 2, 6: 1, 20: 3, 18: 4}[channels]
+    assert pool.words_per_read == want_words
     _check_pool_ops(program, layers, rows + channels)
 
 
@@ -148,7 +152,7 @@ def _check_pool_ops(program, layers, seed):
                     writes.append(write)
                 await ctx.tick()
                 ctx.set(dut.start, 0)
-                data = [v for a in (addr, addr + 1) for v in (mem[a] if a < len(mem) else [0] * bank)]
+                data = [v for a in range(addr, addr + 4) for v in (mem[a] if a < len(mem) else [0] * bank)]
                 if write is not None:
                     for lane in range(bank):
                         if write[2] >> lane & 1:
@@ -175,8 +179,11 @@ def _check_pool_ops(program, layers, seed):
                         counts[addr, lane] = counts.get((addr, lane), 0) + 1
             elements = range(op.dest.base * bank, op.dest.base * bank + op.dest.pixels * op.dest.channels)
             assert counts == {divmod(e, bank): 1 for e in elements}, f"{op.name}: lanes written"
-            words = op.dest.pixels * op.source.words_per_pixel
-            assert len(writes) > words, "some words spill into the next"
+            # One write per word a read's lanes touch, no more (empty ones are skipped).
+            per_read, c = op.words_per_read * bank, op.dest.channels
+            spans = [(p * c + q * per_read, p * c + min(c, (q + 1) * per_read))
+                     for p in range(op.dest.pixels) for q in range(op.reads_per_pixel)]
+            assert len(writes) == sum((end - 1) // bank - start // bank + 1 for start, end in spans)
             assert op.steps <= cycles <= op.steps + 11, f"{op.name}: {cycles} cycles for {op.steps} reads"
         else:
             want = _lanewise_pool(before, op, bank)
@@ -216,7 +223,7 @@ def test_padding_never_wins():
                 if ctx.get(dut.write.valid) else None
             await ctx.tick()
             ctx.set(dut.start, 0)
-            ctx.set(dut.read.data, [v for a in (addr, addr + 1) for v in (mem[a] if a < len(mem) else [0] * bank)])
+            ctx.set(dut.read.data, [v for a in range(addr, addr + 4) for v in (mem[a] if a < len(mem) else [0] * bank)])
             if write:
                 mem[write[0]] = write[1]
 

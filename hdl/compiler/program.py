@@ -134,16 +134,15 @@ class GemmOp(WindowOp):
 
 @dataclass(frozen=True)
 class PoolOp(WindowOp):
-    """Max-pooling, a pass of its own over the activation memory. Each read takes one word
-    of a pixel's channels, or two with ``pair_reads``; the engine writes the result a word
-    a cycle, so the lowering pairs reads only where the window's taps leave time for the
-    words one read's lanes can touch (two, three when the destination is packed)."""
-    pair_reads: bool = False
+    """Max-pooling, a pass of its own over the activation memory. Each read takes
+    ``words_per_read`` consecutive words of a pixel's channels; the engine writes a result a
+    word a cycle, so the lowering reads no more words at once than the window's taps leave
+    time to write (one more when the destination is packed: the lanes straddle a word)."""
+    words_per_read: int = 1
 
     @property
     def reads_per_pixel(self) -> int:
-        words = self.source.words_per_pixel
-        return _ceil_div(words, 2) if self.pair_reads else words
+        return _ceil_div(self.source.words_per_pixel, self.words_per_read)
 
     @property
     def steps(self) -> int:
@@ -210,6 +209,10 @@ class Program:
         return self.batch == 1 and len(self.output_shape) == 1 and self.output_shape[0] <= 10
 
 
+#: The most consecutive activation words one read returns (the activation memory's banks).
+READ_WORDS = 4
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -254,9 +257,9 @@ class _Lowering:
             half ^= 1
             if isinstance(layer, MaxPool2dLayer):
                 taps = math.prod(layer.kernel_size)
-                pair = current.words_per_pixel > 1 and taps >= (3 if dest.packed_lanes else 2)
+                words = max(1, min(current.words_per_pixel, READ_WORDS, taps - (1 if dest.packed_lanes else 0)))
                 self.ops.append(PoolOp(layer.name, current, dest, tuple(layer.kernel_size),
-                                       tuple(layer.stride), tuple(layer.padding), pair))
+                                       tuple(layer.stride), tuple(layer.padding), words))
             elif isinstance(layer, (DenseLayer, Conv2dLayer)):
                 self.ops.append(self.gemm(layer, current, dest, pending_flatten))
             else:

@@ -1,15 +1,18 @@
 """The activation memory and the ports its clients share.
 
-Words of ``bank_width`` lanes hold every tensor of the program, in two banks: even words
-in one, odd words in the other, so that any two consecutive words are read in one cycle
-(a folded convolution's tile spans two; see :mod:`hdl.compiler.program`). Only one op
-runs at a time, so arbitration is a selection: the sequencer names the reader
-(:class:`Reader`); writes never collide (the loader writes only while nothing runs, an op
-writes only its own output), and a fixed priority picks among them.
+Words of ``bank_width`` lanes hold every tensor of the program, interleaved over
+:data:`BANKS` banks (word ``a`` in bank ``a % BANKS``), so that consecutive words are read
+in one cycle: a folded convolution's tile spans two, a max-pool reads up to four of a
+pixel's channels at once. Only one op runs at a time, so arbitration is a selection: the
+sequencer names the reader (:class:`Reader`); writes never collide (the loader writes
+only while nothing runs, an op writes only its own output), and a fixed priority picks
+among them.
 """
 from amaranth import Cat, Module, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from hdl.compiler.program import READ_WORDS
 
 
 def read_port(addr_bits: int, lanes: int, data_bits: int) -> wiring.Signature:
@@ -18,10 +21,16 @@ def read_port(addr_bits: int, lanes: int, data_bits: int) -> wiring.Signature:
                              "data": In(data.ArrayLayout(signed(data_bits), lanes))})
 
 
-def pair_read_port(addr_bits: int, lanes: int, data_bits: int) -> wiring.Signature:
-    """A read of two consecutive words: ``data`` holds word ``addr`` then ``addr + 1``."""
+#: Banks of the activation memory: the most consecutive words one read returns.
+BANKS = READ_WORDS
+
+
+def window_read_port(addr_bits: int, lanes: int, data_bits: int, words: int) -> wiring.Signature:
+    """A read of ``words`` consecutive words: ``data`` holds words ``addr``, ``addr + 1``, ..."""
+    if not 1 <= words <= BANKS:
+        raise ValueError(f"a read takes 1 to {BANKS} words, not {words}")
     return wiring.Signature({"addr": Out(unsigned(addr_bits)),
-                             "data": In(data.ArrayLayout(signed(data_bits), 2 * lanes))})
+                             "data": In(data.ArrayLayout(signed(data_bits), words * lanes))})
 
 
 def write_layout(addr_bits: int, lanes: int, data_bits: int) -> data.StructLayout:
@@ -45,17 +54,17 @@ class ActivationMemory(wiring.Component):
     """Members
     -------
     reader: In, who owns the read port.
-    gemm_read, pool_read: In, pair read ports; output_read: In, a read port.
+    gemm_read: In, two words a read; pool_read: In, :data:`BANKS` words; output_read: In, one.
     load, gemm_write, pool_write: In, write streams, in priority order.
     """
     WRITERS = ("load", "gemm_write", "pool_write")
-    READERS = {Reader.GEMM: "gemm_read", Reader.POOL: "pool_read", Reader.OUTPUT: "output_read"}
+    READERS = {Reader.GEMM: ("gemm_read", 2), Reader.POOL: ("pool_read", BANKS), Reader.OUTPUT: ("output_read", 1)}
 
     def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int):
         self._depth, self._lanes, self._data_bits = depth, lanes, data_bits
         members = {"reader": In(Reader)}
-        members |= {name: In(pair_read_port(addr_bits, lanes, data_bits)) for name in ("gemm_read", "pool_read")}
-        members |= {"output_read": In(read_port(addr_bits, lanes, data_bits))}
+        members |= {name: In(window_read_port(addr_bits, lanes, data_bits, words))
+                    for name, words in self.READERS.values()}
         members |= {name: In(write_port(addr_bits, lanes, data_bits)) for name in self.WRITERS}
         self._addr_bits = addr_bits
         super().__init__(members)
@@ -63,12 +72,13 @@ class ActivationMemory(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         word = unsigned(self._lanes * self._data_bits)
-        # Word a is entry a >> 1 of bank a & 1; reading a and a + 1 reads entry (a + 1) >> 1
-        # of the even bank and a >> 1 of the odd one.
-        # (At least two entries: Yosys's SMT back end cannot take a memory of one.)
-        m.submodules.even = even = memory.Memory(shape=word, depth=max(2, self._depth // 2 + 1), init=[])
-        m.submodules.odd = odd = memory.Memory(shape=word, depth=max(2, (self._depth + 1) // 2), init=[])
-        banks = (even, odd)
+        shift = BANKS.bit_length() - 1
+        # Entry e of bank b is word e * BANKS + b. (At least two entries a bank: Yosys's
+        # SMT back end cannot take a memory of one.) A read past the last word reads junk.
+        depth = max(2, -(-self._depth // BANKS) + 1)
+        banks = [memory.Memory(shape=word, depth=depth, init=[]) for _ in range(BANKS)]
+        for index, bank in enumerate(banks):
+            m.submodules[f"bank{index}"] = bank
         writes = [bank.write_port(granularity=self._data_bits) for bank in banks]
         reads = [bank.read_port() for bank in banks]
 
@@ -76,24 +86,28 @@ class ActivationMemory(wiring.Component):
         for index, writer in enumerate(writers):
             cond = m.If if index == 0 else m.Elif
             with cond(writer.valid):
-                odd_word = writer.payload.addr[0]
-                for parity, wr in enumerate(writes):
-                    m.d.comb += [wr.addr.eq(writer.payload.addr >> 1), wr.data.eq(writer.payload.data)]
-                    with m.If(odd_word == parity):
+                for number, wr in enumerate(writes):
+                    m.d.comb += [wr.addr.eq(writer.payload.addr >> shift), wr.data.eq(writer.payload.data)]
+                    with m.If(writer.payload.addr[:shift] == number):
                         m.d.comb += wr.en.eq(writer.payload.lanes)
 
-        addr = Signal(self._addr_bits + 1)
+        addr = Signal(self._addr_bits + shift)
         with m.Switch(self.reader):
-            for reader, name in self.READERS.items():
+            for reader, (name, _) in self.READERS.items():
                 with m.Case(reader):
                     m.d.comb += addr.eq(getattr(self, name).addr)
-        m.d.comb += [reads[0].addr.eq((addr + 1) >> 1), reads[1].addr.eq(addr >> 1)]
-        odd_first = Signal()
-        m.d.sync += odd_first.eq(addr[0])
-        first, second = Signal(word), Signal(word)
-        m.d.comb += [first.eq(reads[0].data), second.eq(reads[1].data)]
-        with m.If(odd_first):
-            m.d.comb += [first.eq(reads[1].data), second.eq(reads[0].data)]
-        m.d.comb += [self.gemm_read.data.eq(Cat(first, second)), self.pool_read.data.eq(Cat(first, second)),
-                     self.output_read.data.eq(first)]
+        # Bank b holds the word of addr ... addr + BANKS - 1 that is b modulo BANKS.
+        first_bank = addr[:shift]
+        for number, rd in enumerate(reads):
+            m.d.comb += rd.addr.eq((addr + ((number - first_bank) & (BANKS - 1))) >> shift)
+        # Word k of the read comes from bank (first_bank + k) % BANKS.
+        at_data = Signal(shift)
+        m.d.sync += at_data.eq(first_bank)
+        ordered = [Signal(word, name=f"word{k}") for k in range(BANKS)]
+        with m.Switch(at_data):
+            for first in range(BANKS):
+                with m.Case(first):
+                    m.d.comb += [ordered[k].eq(reads[(first + k) % BANKS].data) for k in range(BANKS)]
+        for name, words in self.READERS.values():
+            m.d.comb += getattr(self, name).data.eq(Cat(*ordered[:words]))
         return m

@@ -22,7 +22,7 @@ from hdl.config import AcceleratorConfig
 from hdl.gateware.pipeline import delayed
 from hdl.compiler.program import Program
 from hdl.gateware.requantizer import Requantizer, requant_params_layout
-from hdl.gateware.activation_memory import pair_read_port, write_port
+from hdl.gateware.activation_memory import window_read_port, write_port
 from hdl.gateware.step_generator import step_layout, step_stream
 from hdl.gateware.systolic_array import SystolicArray
 from hdl.gateware.weight_memory import WeightMemory
@@ -60,7 +60,7 @@ class GemmEngine(wiring.Component):
     -------
     steps: In stream, from the step generator.
     zero_point: In, the op's input zero point (read by padding taps).
-    read: the activation memory's pair read port (two words, one cycle after the address).
+    read: a read port of two consecutive words (one cycle after the address).
     write: writes of ``cols`` lanes into one word.
     """
 
@@ -72,7 +72,7 @@ class GemmEngine(wiring.Component):
         super().__init__({
             "steps": In(step_stream(widths, cfg)),
             "zero_point": In(signed(cfg.data_bits)),
-            "read": Out(pair_read_port(widths.act_addr, cfg.bank_width, cfg.data_bits)),
+            "read": Out(window_read_port(widths.act_addr, cfg.bank_width, cfg.data_bits, 2)),
             "write": Out(write_port(widths.act_addr, cfg.bank_width, cfg.data_bits)),
         })
 

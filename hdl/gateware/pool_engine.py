@@ -1,11 +1,11 @@
 """Max-pooling as its own pass over the activation memory.
 
-For each output pixel and each read of its channels (one word, or two with
-``pair_reads``), the window's taps are read one a cycle and a running lane-wise maximum
+For each output pixel and each read of its channels (``words_per_read`` consecutive
+words), the window's taps are read one a cycle and a running lane-wise maximum
 is kept; taps outside the input read as ``MAXPOOL_PAD_VALUE`` (the smallest code, so they
 never win, as PyTorch's -infinity padding). One read a cycle, no stalls.
 
-The finished lanes are written a word a cycle through a queue of three. A packed
+The finished lanes are written a word a cycle through a queue. A packed
 destination (the input of a folded convolution) puts read ``q`` of pixel ``p`` at element
 ``p * C + q * lanes``, rotated across words; lanes past ``C`` are not written.
 """
@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.program import PoolOp
 from hdl.compiler.widths import Widths
-from hdl.gateware.activation_memory import pair_read_port, write_port
+from hdl.gateware.activation_memory import BANKS, window_read_port, write_port
 from hdl.gateware.pipeline import delay_line, delayed
 from hdl.gateware.window import WindowAddress, window_layout, window_params
 from pytorch_ref.ir import integer_semantics as sem
@@ -25,14 +25,15 @@ def pool_params_layout(w: Widths, bank_width: int) -> data.StructLayout:
     """``out_words``, ``out_lanes``: one output pixel's extent (``C`` elements when packed,
     else its words); ``last_lanes``: the lanes of its last word that are channels."""
     return data.StructLayout({"window": window_layout(w), "out_base": unsigned(w.act_addr),
-                              "pixels": unsigned(w.pixel), "pair": 1, "reads": unsigned(w.coord),
+                              "pixels": unsigned(w.pixel), "words": range(BANKS + 1), "read_lanes": range(BANKS * bank_width + 1),
+                              "reads": unsigned(w.coord),
                               "out_words": unsigned(w.coord), "out_lanes": range(bank_width),
-                              "last_lanes": range(2 * bank_width + 1)})
+                              "last_lanes": range(BANKS * bank_width + 1)})
 
 
 def pool_params(op: PoolOp, bank_width: int) -> dict:
     """:func:`pool_params_layout`'s values for ``op``."""
-    dest, per_read = op.dest, (2 if op.pair_reads else 1) * bank_width
+    dest, per_read = op.dest, op.words_per_read * bank_width
     if dest.packed_lanes:
         out_words, out_lanes = divmod(dest.channels, bank_width)
         last_lanes = dest.channels - (op.reads_per_pixel - 1) * per_read
@@ -40,7 +41,7 @@ def pool_params(op: PoolOp, bank_width: int) -> dict:
         out_words, out_lanes = dest.words_per_pixel, 0
         last_lanes = (dest.words_per_pixel * bank_width) - (op.reads_per_pixel - 1) * per_read
     return {"window": window_params(op.source, op.dest, op.kernel, op.stride, op.padding),
-            "out_base": dest.base, "pixels": dest.pixels, "pair": int(op.pair_reads),
+            "out_base": dest.base, "pixels": dest.pixels, "words": op.words_per_read, "read_lanes": per_read,
             "reads": op.reads_per_pixel, "out_words": out_words, "out_lanes": out_lanes, "last_lanes": last_lanes}
 
 
@@ -48,7 +49,7 @@ class PoolEngine(wiring.Component):
     """Members
     -------
     params: In, held while busy; start: In (pulse, ignored while busy); busy: Out.
-    read: the activation memory's pair read port (two words, one cycle after the address).
+    read: the activation memory's read port of :data:`BANKS` words (one cycle after the address).
     write: writes of finished output words (whole words unless packed).
     """
 
@@ -58,7 +59,7 @@ class PoolEngine(wiring.Component):
             "params": In(pool_params_layout(widths, bank_width)),
             "start": In(1),
             "busy": Out(1),
-            "read": Out(pair_read_port(widths.act_addr, bank_width, data_bits)),
+            "read": Out(window_read_port(widths.act_addr, bank_width, data_bits, BANKS)),
             "write": Out(write_port(widths.act_addr, bank_width, data_bits)),
         })
 
@@ -69,6 +70,7 @@ class PoolEngine(wiring.Component):
         running = Signal()
         bank = self._bank
         oy, ox, q, i, j = (Signal(w.coord, name=n) for n in ("oy", "ox", "q", "i", "j"))
+        word = Signal(w.coord)                      # the read's first word in the pixel: q * words
         # Where the output word goes (word, first lane), and where its pixel starts.
         out_addr, out_lane = Signal(w.act_addr), Signal(range(bank))
         pix_addr, pix_lane = Signal(w.act_addr), Signal(range(bank))
@@ -81,7 +83,7 @@ class PoolEngine(wiring.Component):
         next_read = running & last_tap
         next_pixel = next_read & last_read
         with m.If(~self.busy & self.start):                 # ignored until the last write
-            m.d.sync += [running.eq(1), oy.eq(0), ox.eq(0), q.eq(0), i.eq(0), j.eq(0),
+            m.d.sync += [running.eq(1), oy.eq(0), ox.eq(0), q.eq(0), word.eq(0), i.eq(0), j.eq(0),
                          out_addr.eq(p.out_base), out_lane.eq(0), pix_addr.eq(p.out_base), pix_lane.eq(0),
                          ibase.eq(0), pix.eq(0)]
         with m.If(running):
@@ -89,7 +91,7 @@ class PoolEngine(wiring.Component):
             with m.If(last_j):
                 m.d.sync += [j.eq(0), i.eq(i + 1)]
             with m.If(last_tap):
-                m.d.sync += [i.eq(0), out_addr.eq(out_addr + 1 + p.pair), q.eq(q + 1)]
+                m.d.sync += [i.eq(0), out_addr.eq(out_addr + p.words), q.eq(q + 1), word.eq(word + p.words)]
         with m.If(next_pixel):
             # The next pixel starts out_words words and out_lanes lanes on.
             lane_sum = Signal(range(2 * bank))
@@ -100,7 +102,7 @@ class PoolEngine(wiring.Component):
                 m.d.comb += [next_addr.eq(pix_addr + p.out_words + 1), next_lane.eq(lane_sum - bank)]
             m.d.sync += [pix_addr.eq(next_addr), pix_lane.eq(next_lane), out_addr.eq(next_addr),
                          out_lane.eq(next_lane)]
-            m.d.sync += [q.eq(0), pix.eq(pix + 1), ox.eq(ox + 1)]
+            m.d.sync += [q.eq(0), word.eq(0), pix.eq(pix + 1), ox.eq(ox + 1)]
             with m.If(ox == g.out_w - 1):
                 m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
                 with m.If(oy == g.out_h - 1):
@@ -111,19 +113,19 @@ class PoolEngine(wiring.Component):
         # Stage 0: the tap, registered; stages 1-3: its address (window pipeline).
         m.submodules.window = window = WindowAddress(w)
         tag = Signal(data.StructLayout({"valid": 1, "first": 1, "last": 1, "out_addr": w.act_addr,
-                                        "out_lane": range(bank), "lanes": range(2 * bank + 1)}))
+                                        "out_lane": range(bank), "lanes": range(BANKS * bank + 1)}))
         m.d.sync += [tag.valid.eq(running), tag.first.eq((i == 0) & (j == 0)), tag.last.eq(last_tap),
                      tag.out_addr.eq(out_addr), tag.out_lane.eq(out_lane),
-                     tag.lanes.eq(Mux(last_read, p.last_lanes, Mux(p.pair, 2 * bank, bank))),
+                     tag.lanes.eq(Mux(last_read, p.last_lanes, p.read_lanes)),
                      window.tap.oy.eq(oy), window.tap.ox.eq(ox), window.tap.i.eq(i), window.tap.j.eq(j),
-                     window.tap.image_base.eq(ibase), window.tap.word.eq(Mux(p.pair, q << 1, q))]
+                     window.tap.image_base.eq(ibase), window.tap.word.eq(word)]
         m.d.comb += [window.window.eq(g), self.read.addr.eq(window.addr)]
         tags = delay_line(m, tag, WindowAddress.LATENCY + 1, "tag")
 
-        # Data arrives a cycle after the address: running maximum, lane-wise over two words.
+        # Data arrives a cycle after the address: running maximum, lane-wise over the words.
         at_data, pad = tags[-1], delayed(m, window.pad, 1, "pad")
-        best = Signal(data.ArrayLayout(signed(self._data_bits), 2 * bank))
-        for lane in range(2 * bank):
+        best = Signal(data.ArrayLayout(signed(self._data_bits), BANKS * bank))
+        for lane in range(BANKS * bank):
             value = Signal(signed(self._data_bits), name=f"tap{lane}")
             m.d.comb += value.eq(self.read.data[lane])
             with m.If(pad):
@@ -134,26 +136,28 @@ class PoolEngine(wiring.Component):
         at_done = Signal.like(at_data)
         m.d.sync += [done.eq(at_data.valid & at_data.last), at_done.eq(at_data)]
 
-        # The finished lanes, rotated to their place in three words from out_addr on, then
+        # The finished lanes, rotated to their place in the words from out_addr on, then
         # written a word a cycle (the lowering keeps the words that hold any lane no more
         # than the window's taps, so a queue is empty before the next one is loaded).
-        rotated = Signal(data.ArrayLayout(signed(self._data_bits), 3 * bank))
-        enables = Signal(3 * bank)
+        slots = BANKS + 1
+        rotated = Signal(data.ArrayLayout(signed(self._data_bits), slots * bank))
+        enables = Signal(slots * bank)
         with m.Switch(at_done.out_lane):
             for lane in range(bank):
                 with m.Case(lane):
-                    for k in range(2 * bank):
+                    for k in range(BANKS * bank):
                         m.d.comb += [rotated[lane + k].eq(best[k]), enables[lane + k].eq(k < at_done.lanes)]
         queue = [Signal(data.StructLayout({"addr": unsigned(w.act_addr),
                                            "data": data.ArrayLayout(signed(self._data_bits), bank),
-                                           "lanes": unsigned(bank)}), name=f"queue{k}") for k in range(3)]
+                                           "lanes": unsigned(bank)}), name=f"queue{k}") for k in range(slots)]
         with m.If(done):
             for k, entry in enumerate(queue):
                 m.d.sync += [entry.addr.eq(at_done.out_addr + k), entry.data.eq(rotated.as_value()[
                                  k * bank * self._data_bits:(k + 1) * bank * self._data_bits]),
                              entry.lanes.eq(enables[k * bank:(k + 1) * bank])]
         with m.Else():
-            m.d.sync += [queue[0].eq(queue[1]), queue[1].eq(queue[2]), queue[2].lanes.eq(0)]
+            m.d.sync += [queue[k].eq(queue[k + 1]) for k in range(slots - 1)]
+            m.d.sync += queue[-1].lanes.eq(0)
         m.d.comb += [self.write.valid.eq(queue[0].lanes.any()), self.write.payload.eq(queue[0])]
         m.d.comb += self.busy.eq(running | Cat(*(t.valid for t in tags)).any() | done |
                                  Cat(*(entry.lanes for entry in queue)).any())
