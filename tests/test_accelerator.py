@@ -61,10 +61,11 @@ def test_conv_blocks_match_reference(model, rows, cols, simulator, simulate_case
     pointwise convolutions (dwsep), with non-zero input zero points on padding."""
     case = random_case(model, AcceleratorConfig(rows=rows, cols=cols), count=2, seed=rows + cols)
     assert any(op.input_zero_point != 0 for op in case.program.gemm_ops)
-    simulate_case(case, simulator, seed=rows * cols)
+    report = simulate_case(case, simulator, seed=rows * cols)
+    check_pinned_cycles((model, rows, cols), report)
 
 
-# Icarus runs the CNN at a few thousand cycles a second (140k cycles an inference on
+# Icarus runs the CNN at a few thousand cycles a second (60k cycles an inference on
 # 8x8): those two cases belong to `make test-all`.
 @pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("rows, cols", CNN_SHAPES, ids=[f"{r}x{c}" for r, c in CNN_SHAPES])
@@ -73,6 +74,43 @@ def test_trained_lenet_matches_reference(rows, cols, simulator, simulate_case):
     case = trained_case("lenet", AcceleratorConfig(rows=rows, cols=cols), count=1, log=lambda *a: None)
     report = simulate_case(case, simulator, seed=rows * cols)
     check_phase_cycles(case, report)
+    check_pinned_cycles(("lenet", rows, cols), report)
+
+
+# Measured cycles of each op (hardware counters; `make sim` prints them per layer). An op
+# that takes more than 2% over its figure fails, and so does one 2% under it: then the
+# figures here are out of date and must follow the new schedule.
+PINNED_OP_CYCLES = {
+    ("lenet", 8, 8): [16031, 1611, 26911, 268, 7311, 7087, 157],
+    ("lenet", 4, 8): [32027, 1611, 49947, 268, 14027, 13131, 277],
+    ("stem", 8, 8): [12319, 2315], ("stem", 4, 8): [18459, 2315],
+    ("dwsep", 8, 8): [2335, 543], ("dwsep", 4, 8): [4635, 1051],
+}
+PINNED_TOLERANCE = 0.02
+
+
+def check_pinned_cycles(key, report):
+    pinned = PINNED_OP_CYCLES[key]
+    for result in report.results:
+        measured = [cycles for cycles, _ in result["phases"][:len(pinned)]]
+        for index, (got, want) in enumerate(zip(measured, pinned)):
+            assert got <= want * (1 + PINNED_TOLERANCE), f"{key} op {index}: {got} cycles, pinned {want} (+2%)"
+            assert got >= want * (1 - PINNED_TOLERANCE), \
+                f"{key} op {index}: {got} cycles, more than 2% under the pinned {want}: update PINNED_OP_CYCLES"
+
+
+def test_pinned_cycle_check_fails_on_a_slower_op():
+    """The check's failure path: 3% more cycles on one op (or 3% fewer) is reported."""
+    class Report:
+        def __init__(self, factor):
+            pinned = PINNED_OP_CYCLES["lenet", 8, 8]
+            self.results = [{"phases": [[int(c * (factor if i == 2 else 1)), 0] for i, c in enumerate(pinned)]}]
+    check_pinned_cycles(("lenet", 8, 8), Report(1.0))
+    check_pinned_cycles(("lenet", 8, 8), Report(1.019))
+    with pytest.raises(AssertionError, match="op 2: 27718 cycles"):
+        check_pinned_cycles(("lenet", 8, 8), Report(1.03))
+    with pytest.raises(AssertionError, match="update PINNED_OP_CYCLES"):
+        check_pinned_cycles(("lenet", 8, 8), Report(0.97))
 
 
 def check_phase_cycles(case, report):
