@@ -175,6 +175,36 @@ def test_activation_memory_reader_selection_and_write_priority():
     assert stats["collisions"] > 20 and stats["partial"] > 20 and min(stats["reads"].values()) > 50
 
 
+@pytest.mark.parametrize("load_words", [2, 3, 4])
+def test_activation_memory_wide_loads(load_words):
+    """The loader's writes of several consecutive words, from any bank on, with words
+    disabled at the end; read back through the pool's four-word port."""
+    depth, lanes, bits = 14, 4, 8
+    dut = ActivationMemory(depth, 4, lanes, bits, load_words)
+    rng = np.random.default_rng(load_words)
+    mem = [[0] * lanes for _ in range(depth)]
+
+    async def bench(ctx):
+        for _ in range(60):
+            addr = int(rng.integers(depth - load_words + 1))
+            count = int(rng.integers(1, load_words + 1))
+            data = [int(v) for v in rng.integers(-128, 128, lanes * load_words)]
+            enables = sum(((1 << lanes) - 1) << (k * lanes) for k in range(count))
+            ctx.set(dut.load.valid, 1)
+            ctx.set(dut.load.payload, {"addr": addr, "data": data, "lanes": enables})
+            await ctx.tick()
+            for k in range(count):
+                mem[addr + k] = data[k * lanes:(k + 1) * lanes]
+        ctx.set(dut.load.valid, 0)
+        ctx.set(dut.reader, Reader.POOL)
+        for addr in range(depth):
+            ctx.set(dut.pool_read.addr, addr)
+            await ctx.tick()
+            assert [int(v) for v in ctx.get(dut.pool_read.data)] == _words(mem, addr, lanes, 4), addr
+
+    run_bench(dut, bench)
+
+
 # --- OpTable ------------------------------------------------------------------------------------
 
 def _requant(n: int) -> Requantization:

@@ -47,14 +47,17 @@ def beats_of(words, words_per_beat: int, bank: int) -> list:
 
 # --- InputLoader ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("words_per_beat, bus_bits", [(4, 128), (1, 32), (3, 112)])
-def test_input_loader_writes_the_beats(words_per_beat, bus_bits):
+@pytest.mark.parametrize("words_per_beat, bus_bits, write_words",
+                         [(4, 128, 1), (1, 32, 1), (3, 112, 1), (4, 128, 4), (5, 176, 2), (3, 112, 3)])
+def test_input_loader_writes_the_beats(words_per_beat, bus_bits, write_words):
     """Random valid gaps; the last beat only partly used (its other bits are garbage that
-    must not be written); ready low after the last word until ``rearm``; two inferences."""
+    must not be written); ready low after the last word until ``rearm``; two inferences.
+    Several words a cycle: a beat's last write may hold fewer (its other lanes disabled)."""
     bank = 4
     placement = TensorPlacement(base=5, channels=6, height=3, width=1, words_per_pixel=2)
     words = placement.words                                        # 6: not a multiple of 4
-    dut = InputLoader(placement, words_per_beat, bus_bits, addr_bits=5, lanes=bank, data_bits=BITS)
+    dut = InputLoader(placement, words_per_beat, bus_bits, addr_bits=5, lanes=bank, data_bits=BITS,
+                      write_words=write_words)
     rng = np.random.default_rng(words_per_beat)
     n_beats = math.ceil(words / words_per_beat)
 
@@ -75,7 +78,12 @@ def test_input_loader_writes_the_beats(words_per_beat, bus_bits):
                 assert taken
             if ctx.get(dut.write.valid):
                 p = ctx.get(dut.write.payload)
-                writes.append((p.addr, [int(v) for v in p.data], p.lanes))
+                # Word by word: (address, data) of the words whose lanes are enabled.
+                data_in = [int(v) for v in p.data]
+                lanes = [(p.lanes >> (k * bank)) & ((1 << bank) - 1) for k in range(write_words)]
+                assert all(mask in (0, (1 << bank) - 1) for mask in lanes)
+                assert lanes == sorted(lanes, reverse=True), "enabled words come first"
+                writes.append([(p.addr + k, data_in[k * bank:(k + 1) * bank]) for k in range(write_words) if lanes[k]])
             if ctx.get(dut.done):
                 dones.append(len(writes))
             await ctx.tick()
@@ -83,9 +91,12 @@ def test_input_loader_writes_the_beats(words_per_beat, bus_bits):
             cycle += 1
             assert cycle - cycle0 < 50 * n_beats
         assert sent == n_beats
-        assert writes == [(placement.base + n, data[n], (1 << bank) - 1) for n in range(words)]
+        assert [w for write in writes for w in write] == [(placement.base + n, data[n]) for n in range(words)]
+        # As many words a write as the beat and the input have left, up to write_words.
+        per_beat = [min(words_per_beat, words - start) for start in range(0, words, words_per_beat)]
+        assert [len(w) for w in writes] == [min(write_words, n - k) for n in per_beat for k in range(0, n, write_words)]
         assert first_beats == [(first_beats[0][0], 0)]              # one pulse, on the first beat
-        assert dones == [words]                                       # one pulse, with the last word
+        assert dones == [len(writes)]                                 # one pulse, with the last word
         # Waiting for rearm: ready stays low and nothing is written, whatever the bus does.
         ctx.set(dut.beats.valid, 1)
         for _ in range(10):

@@ -33,15 +33,18 @@ def window_read_port(addr_bits: int, lanes: int, data_bits: int, words: int) -> 
                              "data": In(data.ArrayLayout(signed(data_bits), words * lanes))})
 
 
-def write_layout(addr_bits: int, lanes: int, data_bits: int) -> data.StructLayout:
+def write_layout(addr_bits: int, lanes: int, data_bits: int, words: int = 1) -> data.StructLayout:
+    """A write of ``words`` consecutive words from ``addr`` on, with lane write enables."""
     return data.StructLayout({"addr": unsigned(addr_bits),
-                              "data": data.ArrayLayout(signed(data_bits), lanes),
-                              "lanes": unsigned(lanes)})       # lane write enables
+                              "data": data.ArrayLayout(signed(data_bits), words * lanes),
+                              "lanes": unsigned(words * lanes)})
 
 
-def write_port(addr_bits: int, lanes: int, data_bits: int) -> stream.Signature:
+def write_port(addr_bits: int, lanes: int, data_bits: int, words: int = 1) -> stream.Signature:
     """Writes flow without back-pressure: the memory takes one every cycle."""
-    return stream.Signature(write_layout(addr_bits, lanes, data_bits), always_ready=True)
+    if not 1 <= words <= BANKS:
+        raise ValueError(f"a write takes 1 to {BANKS} words, not {words}")
+    return stream.Signature(write_layout(addr_bits, lanes, data_bits, words), always_ready=True)
 
 
 class Reader(enum.Enum, shape=2):
@@ -55,17 +58,19 @@ class ActivationMemory(wiring.Component):
     -------
     reader: In, who owns the read port.
     gemm_read: In, two words a read; pool_read: In, :data:`BANKS` words; output_read: In, one.
-    load, gemm_write, pool_write: In, write streams, in priority order.
+    load, gemm_write, pool_write: In, write streams, in priority order; ``load`` writes
+    ``load_words`` consecutive words at once.
     """
     WRITERS = ("load", "gemm_write", "pool_write")
     READERS = {Reader.GEMM: ("gemm_read", 2), Reader.POOL: ("pool_read", BANKS), Reader.OUTPUT: ("output_read", 1)}
 
-    def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int):
+    def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int, load_words: int = 1):
         self._depth, self._lanes, self._data_bits = depth, lanes, data_bits
         members = {"reader": In(Reader)}
         members |= {name: In(window_read_port(addr_bits, lanes, data_bits, words))
                     for name, words in self.READERS.values()}
-        members |= {name: In(write_port(addr_bits, lanes, data_bits)) for name in self.WRITERS}
+        members |= {name: In(write_port(addr_bits, lanes, data_bits, load_words if name == "load" else 1))
+                    for name in self.WRITERS}
         self._addr_bits = addr_bits
         super().__init__(members)
 
@@ -86,10 +91,19 @@ class ActivationMemory(wiring.Component):
         for index, writer in enumerate(writers):
             cond = m.If if index == 0 else m.Elif
             with cond(writer.valid):
+                # Word k of the write goes to bank (addr + k) % BANKS.
+                words = len(writer.payload.data) // self._lanes
+                start, lanes = writer.payload.addr[:shift], self._lanes
                 for number, wr in enumerate(writes):
-                    m.d.comb += [wr.addr.eq(writer.payload.addr >> shift), wr.data.eq(writer.payload.data)]
-                    with m.If(writer.payload.addr[:shift] == number):
-                        m.d.comb += wr.en.eq(writer.payload.lanes)
+                    with m.Switch(start):
+                        for first in range(BANKS):
+                            k = (number - first) % BANKS
+                            if k < words:
+                                with m.Case(first):
+                                    m.d.comb += [wr.addr.eq((writer.payload.addr + k) >> shift),
+                                                 wr.data.eq(writer.payload.data.as_value()[
+                                                     k * lanes * self._data_bits:(k + 1) * lanes * self._data_bits]),
+                                                 wr.en.eq(writer.payload.lanes[k * lanes:(k + 1) * lanes])]
 
         addr = Signal(self._addr_bits + shift)
         with m.Switch(self.reader):

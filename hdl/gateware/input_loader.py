@@ -1,5 +1,5 @@
-"""The input loader: input beats in, activation-memory words out, one word a cycle."""
-from amaranth import Module, Signal
+"""The input loader: input beats in, activation-memory words out, several a cycle."""
+from amaranth import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -9,7 +9,8 @@ from hdl.gateware.activation_memory import write_port
 
 
 class InputLoader(wiring.Component):
-    """Writes one inference's input tensor, ``words_per_beat`` words from each beat.
+    """Writes one inference's input tensor, ``words_per_beat`` words from each beat,
+    ``write_words`` of them a cycle.
 
     It takes a beat only when the previous one is written, and after the last word it
     waits (``beats.ready`` low) until ``rearm``.
@@ -17,24 +18,27 @@ class InputLoader(wiring.Component):
     Members
     -------
     beats: In stream, the input bus.
-    write: Out, one whole word a cycle.
+    write: Out, ``write_words`` consecutive words a cycle (lanes past the input disabled).
     first_beat: Out, pulses when the first beat of an inference is taken.
     done: Out, pulses with the write of the input's last word.
     rearm: In, a pulse: take the next inference's input.
     """
 
     def __init__(self, input: TensorPlacement, words_per_beat: int, bus_bits: int, addr_bits: int,
-                 lanes: int, data_bits: int):
+                 lanes: int, data_bits: int, write_words: int = 1):
+        if not 1 <= write_words <= words_per_beat:
+            raise ValueError(f"the loader writes 1 to {words_per_beat} words a cycle, not {write_words}")
         self._input, self._wpb, self._word_bits = input, words_per_beat, lanes * data_bits
+        self._lanes, self._write_words = lanes, write_words
         super().__init__({
             "beats": In(stream.Signature(bus_bits)),
-            "write": Out(write_port(addr_bits, lanes, data_bits)),
+            "write": Out(write_port(addr_bits, lanes, data_bits, write_words)),
             "first_beat": Out(1), "done": Out(1), "rearm": In(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        words, wpb, word_bits = self._input.words, self._wpb, self._word_bits
+        words, wpb, word_bits, per_write = self._input.words, self._wpb, self._word_bits, self._write_words
         armed = Signal(init=1)
         beat = Signal.like(self.beats.payload)
         beat_words_left = Signal(range(wpb + 1))
@@ -46,12 +50,22 @@ class InputLoader(wiring.Component):
             m.d.sync += [beat.eq(self.beats.payload), beat_words_left.eq(wpb)]
             m.d.comb += self.first_beat.eq(words_left == words)
 
+        # This cycle's words: up to per_write, no more than the beat and the input have left.
+        count = Signal(range(per_write + 1))
+        m.d.comb += count.eq(per_write)
+        with m.If((beat_words_left < per_write) & (beat_words_left <= words_left)):
+            m.d.comb += count.eq(beat_words_left)
+        with m.Elif(words_left < per_write):
+            m.d.comb += count.eq(words_left)
         m.d.comb += [self.write.valid.eq(beat_words_left != 0), self.write.payload.addr.eq(addr),
-                     self.write.payload.data.eq(beat[:word_bits]), self.write.payload.lanes.eq(~0)]
+                     self.write.payload.data.eq(beat[:word_bits * per_write])]
+        for k in range(per_write):
+            m.d.comb += self.write.payload.lanes[k * self._lanes:(k + 1) * self._lanes].eq(
+                Mux(k < count, (1 << self._lanes) - 1, 0))
         with m.If(self.write.valid):
-            m.d.sync += [beat.eq(beat >> word_bits), beat_words_left.eq(beat_words_left - 1),
-                         addr.eq(addr + 1), words_left.eq(words_left - 1)]
-            with m.If(words_left == 1):
+            m.d.sync += [beat.eq(beat >> (word_bits * per_write)), beat_words_left.eq(beat_words_left - count),
+                         addr.eq(addr + count), words_left.eq(words_left - count)]
+            with m.If(words_left == count):
                 # The rest of the last beat is padding.
                 m.d.comb += self.done.eq(1)
                 m.d.sync += [beat_words_left.eq(0), armed.eq(0), addr.eq(self._input.base),

@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.compiler.program import Program
 from hdl.compiler.widths import Widths
 from hdl.config import OUTPUT_CLASSES
-from hdl.gateware.activation_memory import ActivationMemory
+from hdl.gateware.activation_memory import BANKS, ActivationMemory
 from hdl.gateware.gemm_engine import GemmEngine
 from hdl.gateware.input_loader import InputLoader
 from hdl.gateware.op_table import OpTable
@@ -78,9 +78,11 @@ class NeuralNetworkAccelerator(wiring.Component):
         m.domains.sync = ClockDomain("sync")
         m.d.comb += [ClockSignal("sync").eq(self.clk), ResetSignal("sync").eq(self.reset)]
 
-        m.submodules.activations = act = ActivationMemory(prog.activation_words, w.act_addr, lanes, bits)
+        load_words = min(BANKS, prog.words_per_beat)
+        m.submodules.activations = act = ActivationMemory(prog.activation_words, w.act_addr, lanes, bits,
+                                                          load_words)
         m.submodules.loader = loader = InputLoader(prog.input, prog.words_per_beat, cfg.input_bus_bits,
-                                                   w.act_addr, lanes, bits)
+                                                   w.act_addr, lanes, bits, load_words)
         m.submodules.ops = ops = OpTable(prog, w)
         m.submodules.steps = steps = StepGenerator(w, cfg, folding=any(op.folded for op in prog.gemm_ops))
         m.submodules.gemm = gemm = GemmEngine(prog, w)
