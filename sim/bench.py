@@ -106,15 +106,10 @@ def simulator_speeds(build_root: Path, inputs: int) -> list[dict]:
     return out
 
 
-def torch_cpu_latency(model_name: str, repeats: int = 200) -> float:
-    """Median wall time of one float inference, batch 1, on this machine's CPU (seconds)."""
-    from pytorch_ref.zoo.train import trained_model
-    from pytorch_ref.zoo.models import INPUT_SHAPES
-    model = trained_model(model_name, log=lambda *a: None).eval()
-    x = torch.randn((1,) + INPUT_SHAPES[model_name])
+def _median_seconds(model, x, repeats: int) -> float:
     times = []
     with torch.inference_mode():
-        for _ in range(20):
+        for _ in range(max(5, repeats // 10)):
             model(x)
         for _ in range(repeats):
             start = time.perf_counter()
@@ -122,6 +117,25 @@ def torch_cpu_latency(model_name: str, repeats: int = 200) -> float:
             times.append(time.perf_counter() - start)
     times.sort()
     return times[len(times) // 2]
+
+
+def torch_cpu_latency(model_name: str, batches=(1, 16), repeats: int = 200) -> dict:
+    """Median wall time of one inference call on this machine's CPU, in seconds, for the
+    trained float model and its int8 version (torch.ao eager mode on fbgemm), per batch
+    size: ``{("float" | "int8", batch): seconds}``."""
+    from pytorch_ref.frontends.torch_ao import torch_ao_quantize
+    from pytorch_ref.zoo.data import dataset
+    from pytorch_ref.zoo.models import INPUT_SHAPES
+    from pytorch_ref.zoo.train import trained_model
+    model = trained_model(model_name, log=lambda *a: None).eval()
+    calibration = dataset(model_name).x_train[:256]
+    int8 = torch_ao_quantize(model, calibration, engine="fbgemm")
+    out = {}
+    for batch in batches:
+        x = torch.randn((batch,) + INPUT_SHAPES[model_name])
+        out["float", batch] = _median_seconds(model, x, repeats)
+        out["int8", batch] = _median_seconds(int8, x, repeats)
+    return out
 
 
 def fpga_estimates(build_root: Path) -> list[dict]:
@@ -138,6 +152,37 @@ def fpga_estimates(build_root: Path) -> list[dict]:
         result = estimate_ecp5(design, name=name, work_dir=build_root / f"fpga_{name}")
         out.append({"design": label, **result})
     return out
+
+
+def summary_rows(totals: list[dict], fpga: list[dict], cpu: dict) -> list[tuple[str, str]]:
+    """The headline figures in one table: utilization per array, the FPGA figures, and
+    latency and throughput beside PyTorch's on this CPU."""
+    rows = []
+
+    def total(model, rows_cols, batch):
+        return next((t for t in totals if t["model"] == model and (t["rows"], t["cols"]) == rows_cols
+                     and t["batch"] == batch), None)
+
+    for model in ("lenet", "linear"):
+        for t in totals:
+            if t["model"] == model and t["batch"] == 1:
+                rows.append((f"{model} utilization, {t['rows']}x{t['cols']}, batch 1 (load and output included)",
+                             f"{t['utilization']:.1%} ({t['cycles']:.0f} cycles)"))
+    fmax = None
+    for f in fpga:
+        rows.append((f"ECP5-85F: {f['design']}",
+                     f"Fmax {f['fmax_mhz']:.1f} MHz, DSP {f['dsp']}, DP16KD {f['bram']}, LUT4 {f['lut4']}"))
+        fmax = fmax or f["fmax_mhz"]
+    for batch in sorted({b for _, b in cpu}):
+        per_image = f" per image" if batch > 1 else ""
+        rows.append((f"PyTorch CPU, batch {batch}{per_image}: float / int8 (fbgemm)",
+                     f"{cpu['float', batch] / batch * 1e6:.0f} us / {cpu['int8', batch] / batch * 1e6:.0f} us"))
+        lenet = total("lenet", (8, 8), batch)
+        if lenet and fmax:
+            rows.append((f"accelerator 8x8, batch {batch}{per_image}, at {fmax:.1f} MHz",
+                         f"{lenet['cycles'] / batch / (fmax * 1e6) * 1e6:.0f} us "
+                         f"({lenet['cycles'] / batch:.0f} cycles)"))
+    return rows
 
 
 def chart(rows: list[dict], path: Path, rows_cols=(8, 8), batch=1):
@@ -165,7 +210,7 @@ def chart(rows: list[dict], path: Path, rows_cols=(8, 8), batch=1):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--arrays", default="4x4,8x8,16x16")
+    parser.add_argument("--arrays", default="8x8,12x12,16x16")
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--out", default="build/bench")
     parser.add_argument("--skip-fpga", action="store_true")
@@ -188,7 +233,8 @@ def main(argv=None) -> int:
     totals = whole_model(schedule)
     speeds = simulator_speeds(build_root, args.speed_inputs)
     fpga = [] if args.skip_fpga else fpga_estimates(build_root)
-    cpu_latency = torch_cpu_latency("lenet")
+    cpu = torch_cpu_latency("lenet")
+    cpu_latency = cpu["float", 1]
 
     _log("\n== per layer ==")
     print_schedule(schedule)
@@ -221,6 +267,10 @@ def main(argv=None) -> int:
         ratio = latency["torch_cpu_seconds"] / latency["accelerator_seconds"]
         _log(f"accelerator 8x8 at {latency['fmax_mhz']:.1f} MHz: {latency['cycles']:.0f} cycles = "
              f"{latency['accelerator_seconds'] * 1e6:.0f} us; CPU / accelerator = {ratio:.2f}")
+    latency["torch_cpu"] = {f"{kind}_b{batch}": seconds for (kind, batch), seconds in cpu.items()}
+    _log("\n== summary (this run) ==")
+    for label, value in summary_rows(totals, fpga, cpu):
+        _log(f"{label:<58} {value}")
     chart_path = out_dir / "utilization.png"
     chart(schedule, chart_path)
     results = {"command": command, "date": started.isoformat(), "definitions": DEFINITIONS,

@@ -299,9 +299,9 @@ def test_conv_then_dense_matches_reference(rows, cols):
     _check_program(program, model, seed=rows * 10 + cols)
 
 
-@pytest.mark.parametrize("rows, cols", [(4, 4), (8, 4), (4, 2)])
+@pytest.mark.parametrize("rows, cols", [(4, 4), (8, 4), (4, 2), (3, 2)])
 def test_folded_conv_then_dense_matches_reference(rows, cols):
-    """5 channels and a 3x3 kernel fold on 4 and 8 rows: each kernel row's 15 values in
+    """5 channels and a 3x3 kernel fold on 3 (6-lane words), 4 and 8 rows: each kernel row's 15 values in
     tiles that straddle taps and words, with the padding (1, 2) masking rows."""
     program, model = conv_dense_program(rows, cols)
     conv, fc = program.gemm_ops
@@ -327,7 +327,7 @@ def _random_conv_program(seed, folded=False):
     rng = np.random.default_rng((1900 if folded else 900) + seed)
     while True:
         if folded:
-            rows, cols = int(rng.choice([2, 4, 8])), int(rng.choice([1, 2, 4]))
+            rows, cols = int(rng.choice([2, 3, 4, 8])), int(rng.choice([1, 2, 4]))
             c_in, c_out = int(rng.integers(1, 4)), int(rng.integers(1, 8))
         else:
             rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))

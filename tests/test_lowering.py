@@ -116,11 +116,14 @@ def test_folding_where_it_saves_tiles():
             assert op.dest.base >= 1 and op.dest.base + op.dest.words + 2 <= program.activation_words
 
 
-def test_no_folding_without_a_power_of_two_word_or_gain():
-    """12-lane words (12x12) keep the tap-by-tap order; so does a layer folding would not
-    shorten (16 channels on 8 rows), and a pool of one tap cannot write packed."""
+def test_folding_only_where_it_saves_tiles():
+    """On 12 rows, 10 channels take 5 tiles a kernel row either way: that layer keeps the
+    tap-by-tap order (its input is not packed), the others fold (12-lane words too); so on
+    4 rows does the third layer, and a pool of one tap cannot write packed."""
     model = _lenet_like(np.random.default_rng(3))
-    assert not any(op.folded for op in lower(model, AcceleratorConfig(rows=12, cols=12)).gemm_ops)
+    c1, _, c2, p2, c3 = lower(model, AcceleratorConfig(rows=12, cols=12)).ops
+    assert (c1.folded, c2.folded, c3.folded) == (True, False, True)
+    assert not c2.source.packed_lanes and p2.dest.packed_lanes == 12
     program = lower(model, AcceleratorConfig(rows=4, cols=8))
     c1, _, c2, _, c3 = program.ops
     assert (c1.folded, c2.folded, c3.folded) == (True, True, False)    # 20 channels = 5 tiles of 4 either way

@@ -328,7 +328,7 @@ def _random_program(seed, folded=False):
     rng = np.random.default_rng((2000 if folded else 1000) + seed)
     while True:
         if folded:
-            rows, cols = int(rng.choice([2, 4, 8])), int(rng.choice([1, 2, 4]))
+            rows, cols = int(rng.choice([2, 3, 4, 8])), int(rng.choice([1, 2, 4]))
             c_in, c_out = int(rng.integers(1, 4)), int(rng.integers(1, 10))
         else:
             rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))
@@ -391,6 +391,26 @@ def test_step_model_hand_checked():
     assert (s["w_addr"], s["p_addr"], s["out_addr"], s["out_group"]) == (
         op.weight_base + 27, op.param_base + 1, dst.base + 1, 0)
     assert len(want) == 2 * 27 * 32
+
+
+@pytest.mark.parametrize("divisor", [1, 3, 6, 8, 12, 20])
+def test_divmod_by_constant_is_exact(divisor):
+    """Every 11-bit value: the quotient by multiplication and shift, and the remainder."""
+    from amaranth import Module, Signal
+    from amaranth.sim import Simulator
+    from hdl.gateware.window import divmod_by_constant
+    m = Module()
+    value = Signal(11)
+    quotient, remainder = divmod_by_constant(m, value, divisor)
+
+    async def bench(ctx):
+        for x in range(1 << 11):
+            ctx.set(value, x)
+            assert (ctx.get(quotient), ctx.get(remainder)) == divmod(x, divisor), x
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
 
 
 def test_folded_step_model_hand_checked():

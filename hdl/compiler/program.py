@@ -28,7 +28,7 @@ of tile ``t`` multiplies element ``t * rows + r`` of the kernel row, i.e. tap
 ``j = (t * rows + r) // C`` and channel ``(t * rows + r) % C``. A tile spans at most two
 words; the memory's two banks read both at once. Rows whose tap lies in the horizontal
 padding read the zero point, like padding taps do; rows past the kernel row have zero
-weights. The lowering folds only where it saves tiles and ``B`` is a power of two.
+weights. The lowering folds only where it saves tiles.
 
 Schedule of a GEMM op (this order is what the hardware step generator produces)::
 
@@ -293,7 +293,7 @@ class _Lowering:
     def folds(self, layer, shape) -> bool:
         """Whether ``layer``, reading a tensor of ``shape``, runs folded (saves tiles)."""
         rows, bank = self.config.rows, self.config.bank_width
-        if not isinstance(layer, Conv2dLayer) or bank & (bank - 1):
+        if not isinstance(layer, Conv2dLayer):
             return False
         c_in = shape[0]
         kh, kw = layer.weight.shape[2:]

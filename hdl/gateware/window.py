@@ -98,8 +98,6 @@ class FoldedWindowAddress(wiring.Component):
     LATENCY = WindowAddress.LATENCY
 
     def __init__(self, widths: Widths, rows: int, bank_width: int):
-        if bank_width & (bank_width - 1):
-            raise ValueError(f"folded windows need a power-of-two bank width, not {bank_width}")
         self._w, self._rows, self._bank = widths, rows, bank_width
         super().__init__({
             "window": In(window_layout(widths)),
@@ -112,8 +110,8 @@ class FoldedWindowAddress(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        w, g, tap, rows = self._w, self.window, self.tap, self._rows
-        lane_bits = (self._bank - 1).bit_length()
+        w, g, tap, rows, bank = self._w, self.window, self.tap, self._rows, self._bank
+        lane_bits = (bank - 1).bit_length()
         coord_s = signed(w.coord + 1)
         elem_s = signed(w.act_addr + lane_bits + 2)
 
@@ -135,10 +133,31 @@ class FoldedWindowAddress(wiring.Component):
                      s2_lo.eq(s1_left * g.in_cw - s1_off), s2_hi.eq(s1_right * g.in_cw - s1_off)]
 
         # Stage 3: the element address as word and lane; the bounds clamped to the rows.
+        # (The guard words before a packed tensor keep the element of an inside kernel row
+        # positive.)
         element = Signal(elem_s)
-        m.d.comb += element.eq(g.in_base * self._bank + s2_pixel * g.in_cw + s2_off)
-        m.d.sync += [self.addr.eq(Mux(s2_pad, 0, element[lane_bits:])), self.lane.eq(element[:lane_bits]),
-                     self.pad.eq(s2_pad)]
+        m.d.comb += element.eq(g.in_base * bank + s2_pixel * g.in_cw + s2_off)
+        word, lane = divmod_by_constant(m, element.as_unsigned()[:len(element) - 1], bank)
+        m.d.sync += [self.addr.eq(Mux(s2_pad, 0, word)), self.lane.eq(lane), self.pad.eq(s2_pad)]
         for bound, value in ((self.row_lo, s2_lo), (self.row_hi, s2_hi)):
             m.d.sync += bound.eq(Mux(value < 0, 0, Mux(value > rows, rows, value)))
         return m
+
+
+def divmod_by_constant(m: Module, value, divisor: int):
+    """``(value // divisor, value % divisor)`` of an unsigned value, combinationally: a shift
+    for the power-of-two part, and for the odd part ``o`` a multiplication by
+    ``ceil(2**k / o)`` and a shift by ``k = N + bits(o)``, exact for every N-bit value."""
+    n = len(value)
+    twos = (divisor & -divisor).bit_length() - 1
+    odd = divisor >> twos
+    high = value[twos:]
+    if odd == 1:
+        quotient = high
+    else:
+        k = len(high) + odd.bit_length()
+        quotient = Signal(len(high), name="quotient")
+        m.d.comb += quotient.eq((high * -(-(1 << k) // odd)) >> k)
+    remainder = Signal(range(divisor), name="remainder")
+    m.d.comb += remainder.eq(value - quotient * divisor)
+    return quotient, remainder
