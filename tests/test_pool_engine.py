@@ -123,7 +123,8 @@ def _check_pool_ops(program, layers, seed):
     bank = program.config.bank_width
     pool_ops = [op for op in program.ops if isinstance(op, PoolOp)]
     widths = Widths.of(program)
-    dut = PoolEngine(widths, bank, program.config.data_bits)
+    read_words = max(op.words_per_read for op in pool_ops)
+    dut = PoolEngine(widths, bank, program.config.data_bits, read_words, any(op.dest.packed_lanes for op in pool_ops))
     layout = pool_params_layout(widths, bank)
     rng = np.random.default_rng(seed)
     # Random words everywhere, lanes past the channels too; -128 and 127 appear often.
@@ -152,7 +153,7 @@ def _check_pool_ops(program, layers, seed):
                     writes.append(write)
                 await ctx.tick()
                 ctx.set(dut.start, 0)
-                data = [v for a in range(addr, addr + 4) for v in (mem[a] if a < len(mem) else [0] * bank)]
+                data = [v for a in range(addr, addr + read_words) for v in (mem[a] if a < len(mem) else [0] * bank)]
                 if write is not None:
                     for lane in range(bank):
                         if write[2] >> lane & 1:
@@ -212,7 +213,7 @@ def test_padding_never_wins():
     mem = [[-128] * bank for _ in range(program.activation_words)]
     mem[src.base + (2 * src.width + 4) * src.words_per_pixel][1] = -127     # channel 1 at (2, 4)
     widths = Widths.of(program)
-    dut = PoolEngine(widths, bank, program.config.data_bits)
+    dut = PoolEngine(widths, bank, program.config.data_bits, op.words_per_read)
 
     async def bench(ctx):
         ctx.set(dut.params, pool_params_layout(widths, bank).const(pool_params(op, bank)))
@@ -223,7 +224,8 @@ def test_padding_never_wins():
                 if ctx.get(dut.write.valid) else None
             await ctx.tick()
             ctx.set(dut.start, 0)
-            ctx.set(dut.read.data, [v for a in range(addr, addr + 4) for v in (mem[a] if a < len(mem) else [0] * bank)])
+            ctx.set(dut.read.data, [v for a in range(addr, addr + op.words_per_read)
+                                    for v in (mem[a] if a < len(mem) else [0] * bank)])
             if write:
                 mem[write[0]] = write[1]
 

@@ -57,18 +57,20 @@ class ActivationMemory(wiring.Component):
     """Members
     -------
     reader: In, who owns the read port.
-    gemm_read: In, two words a read; pool_read: In, :data:`BANKS` words; output_read: In, one.
+    gemm_read: In, two words a read; pool_read: In, ``pool_words``; output_read: In, one.
     load, gemm_write, pool_write: In, write streams, in priority order; ``load`` writes
     ``load_words`` consecutive words at once.
     """
     WRITERS = ("load", "gemm_write", "pool_write")
-    READERS = {Reader.GEMM: ("gemm_read", 2), Reader.POOL: ("pool_read", BANKS), Reader.OUTPUT: ("output_read", 1)}
 
-    def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int, load_words: int = 1):
+    def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int, load_words: int = 1,
+                 pool_words: int = BANKS):
         self._depth, self._lanes, self._data_bits = depth, lanes, data_bits
+        self._readers = {Reader.GEMM: ("gemm_read", 2), Reader.POOL: ("pool_read", pool_words),
+                        Reader.OUTPUT: ("output_read", 1)}
         members = {"reader": In(Reader)}
         members |= {name: In(window_read_port(addr_bits, lanes, data_bits, words))
-                    for name, words in self.READERS.values()}
+                    for name, words in self._readers.values()}
         members |= {name: In(write_port(addr_bits, lanes, data_bits, load_words if name == "load" else 1))
                     for name in self.WRITERS}
         self._addr_bits = addr_bits
@@ -107,7 +109,7 @@ class ActivationMemory(wiring.Component):
 
         addr = Signal(self._addr_bits + shift)
         with m.Switch(self.reader):
-            for reader, (name, _) in self.READERS.items():
+            for reader, (name, _) in self._readers.items():
                 with m.Case(reader):
                     m.d.comb += addr.eq(getattr(self, name).addr)
         # Bank b holds the word of addr ... addr + BANKS - 1 that is b modulo BANKS.
@@ -122,6 +124,6 @@ class ActivationMemory(wiring.Component):
             for first in range(BANKS):
                 with m.Case(first):
                     m.d.comb += [ordered[k].eq(reads[(first + k) % BANKS].data) for k in range(BANKS)]
-        for name, words in self.READERS.values():
+        for name, words in self._readers.values():
             m.d.comb += getattr(self, name).data.eq(Cat(*ordered[:words]))
         return m

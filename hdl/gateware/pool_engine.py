@@ -49,17 +49,23 @@ class PoolEngine(wiring.Component):
     """Members
     -------
     params: In, held while busy; start: In (pulse, ignored while busy); busy: Out.
-    read: the activation memory's read port of :data:`BANKS` words (one cycle after the address).
+    read: the activation memory's read port of ``read_words`` words (one cycle after the address).
+
+    ``read_words`` (the most any pool op of the program reads at once) and ``packed``
+    (whether any writes packed) size the data path: a design without them pays for neither.
     write: writes of finished output words (whole words unless packed).
     """
 
-    def __init__(self, widths: Widths, bank_width: int, data_bits: int):
+    def __init__(self, widths: Widths, bank_width: int, data_bits: int, read_words: int = 1, packed: bool = False):
+        if not 1 <= read_words <= BANKS:
+            raise ValueError(f"a pool read takes 1 to {BANKS} words, not {read_words}")
         self._w, self._bank, self._data_bits = widths, bank_width, data_bits
+        self._read_words, self._packed = read_words, packed
         super().__init__({
             "params": In(pool_params_layout(widths, bank_width)),
             "start": In(1),
             "busy": Out(1),
-            "read": Out(window_read_port(widths.act_addr, bank_width, data_bits, BANKS)),
+            "read": Out(window_read_port(widths.act_addr, bank_width, data_bits, read_words)),
             "write": Out(write_port(widths.act_addr, bank_width, data_bits)),
         })
 
@@ -124,8 +130,9 @@ class PoolEngine(wiring.Component):
 
         # Data arrives a cycle after the address: running maximum, lane-wise over the words.
         at_data, pad = tags[-1], delayed(m, window.pad, 1, "pad")
-        best = Signal(data.ArrayLayout(signed(self._data_bits), BANKS * bank))
-        for lane in range(BANKS * bank):
+        read_lanes = self._read_words * bank
+        best = Signal(data.ArrayLayout(signed(self._data_bits), read_lanes))
+        for lane in range(read_lanes):
             value = Signal(signed(self._data_bits), name=f"tap{lane}")
             m.d.comb += value.eq(self.read.data[lane])
             with m.If(pad):
@@ -139,13 +146,13 @@ class PoolEngine(wiring.Component):
         # The finished lanes, rotated to their place in the words from out_addr on, then
         # written a word a cycle (the lowering keeps the words that hold any lane no more
         # than the window's taps, so a queue is empty before the next one is loaded).
-        slots = BANKS + 1
+        slots = self._read_words + self._packed
         rotated = Signal(data.ArrayLayout(signed(self._data_bits), slots * bank))
         enables = Signal(slots * bank)
         with m.Switch(at_done.out_lane):
-            for lane in range(bank):
+            for lane in (range(bank) if self._packed else [0]):
                 with m.Case(lane):
-                    for k in range(BANKS * bank):
+                    for k in range(read_lanes):
                         m.d.comb += [rotated[lane + k].eq(best[k]), enables[lane + k].eq(k < at_done.lanes)]
         queue = [Signal(data.StructLayout({"addr": unsigned(w.act_addr),
                                            "data": data.ArrayLayout(signed(self._data_bits), bank),
