@@ -34,3 +34,12 @@ def read_tensor(mem, placement, bank: int):
                         word, lane = pixel * p.words_per_pixel + c // bank, c % bank
                     out[img, c, y, x] = mem[p.base + word][lane]
     return out
+
+
+def random_array(rng, folded: bool) -> tuple[int, int]:
+    """Rows and cols of a random program's array: odd shapes (3 rows with 4 cols makes
+    12-lane words), or, for a folded layer, rows worth folding into."""
+    if folded:
+        return int(rng.choice([2, 3, 4, 8])), int(rng.choice([1, 2, 4]))
+    rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))
+    return rows, cols

@@ -28,7 +28,7 @@ from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, QuantizedModel, QuantParams,
                                             Requantization)
 from pytorch_ref.reference import run_integer_reference, run_layer
-from tests.component_sim import run_bench, read_tensor
+from tests.component_sim import random_array, run_bench, read_tensor
 
 
 # --- WeightMemory ---------------------------------------------------------------------------
@@ -326,12 +326,8 @@ def _random_conv_program(seed, folded=False):
     and input zero point, kept under 1,200 steps; with ``folded``, one that folds."""
     rng = np.random.default_rng((1900 if folded else 900) + seed)
     while True:
-        if folded:
-            rows, cols = int(rng.choice([2, 3, 4, 8])), int(rng.choice([1, 2, 4]))
-            c_in, c_out = int(rng.integers(1, 4)), int(rng.integers(1, 8))
-        else:
-            rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))
-            c_in, c_out = int(rng.integers(1, 8)), int(rng.integers(1, 8))
+        rows, cols = random_array(rng, folded)
+        c_in, c_out = int(rng.integers(1, 4 if folded else 8)), int(rng.integers(1, 8))
         h, w = int(rng.integers(2, 6)), int(rng.integers(2, 6))
         kernel = (int(rng.integers(1, 4)), int(rng.integers(1, 6 if folded else 4)))
         stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))

@@ -14,7 +14,7 @@ from hdl.gateware.step_generator import StepGenerator, gemm_params, gemm_params_
 from hdl.gateware.window import WindowAddress, tap_layout, window_layout
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
                                             QuantParams, Requantization)
-from tests.component_sim import run_bench
+from tests.component_sim import random_array, run_bench
 
 STEP_FIELDS = ("act_addr", "lane", "row_lo", "row_hi", "pad", "w_addr", "first", "last", "acc_addr", "p_addr",
                "out_addr", "out_group")
@@ -324,15 +324,11 @@ def test_step_sequences_match_loop_nest(make_program):
 def _random_program(seed, folded=False):
     """A random convolution (odd array shapes included: rows 3 with cols 4 makes 12-lane
     words, 4 channel groups and 3 output groups a word), kept under 3000 steps; with
-    ``folded``, one the lowering folds (few channels, power-of-two words)."""
+    ``folded``, one the lowering folds (few channels)."""
     rng = np.random.default_rng((2000 if folded else 1000) + seed)
     while True:
-        if folded:
-            rows, cols = int(rng.choice([2, 3, 4, 8])), int(rng.choice([1, 2, 4]))
-            c_in, c_out = int(rng.integers(1, 4)), int(rng.integers(1, 10))
-        else:
-            rows, cols = (int(v) for v in rng.choice([1, 2, 3, 4], size=2))
-            c_in, c_out = int(rng.integers(1, 10)), int(rng.integers(1, 10))
+        rows, cols = random_array(rng, folded)
+        c_in, c_out = int(rng.integers(1, 4 if folded else 10)), int(rng.integers(1, 10))
         h, w = int(rng.integers(2, 6)), int(rng.integers(2, 6))
         kernel = (int(rng.integers(1, 4)), int(rng.integers(1, 6 if folded else 4)))
         stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))

@@ -17,8 +17,7 @@ from hdl.compiler.program import READ_WORDS
 
 def read_port(addr_bits: int, lanes: int, data_bits: int) -> wiring.Signature:
     """A read: the address out, the word back one cycle later."""
-    return wiring.Signature({"addr": Out(unsigned(addr_bits)),
-                             "data": In(data.ArrayLayout(signed(data_bits), lanes))})
+    return window_read_port(addr_bits, lanes, data_bits, 1)
 
 
 #: Banks of the activation memory: the most consecutive words one read returns.

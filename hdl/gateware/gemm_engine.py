@@ -67,7 +67,6 @@ class GemmEngine(wiring.Component):
     def __init__(self, program: Program, widths: Widths):
         cfg: AcceleratorConfig = program.config
         self._program, self._cfg, self._w = program, cfg, widths
-        self._in_groups = cfg.bank_width // cfg.rows
         self._out_groups = cfg.bank_width // cfg.cols
         super().__init__({
             "steps": In(step_stream(widths, cfg)),
