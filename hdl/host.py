@@ -4,9 +4,13 @@ A beat carries ``words_per_beat`` activation-memory words (see :mod:`hdl.compile
 ``w`` of the beat in bits ``[w * B * 8, (w + 1) * B * 8)``, lane ``l`` of a word in bits
 ``[l * 8, l * 8 + 8)`` as two's complement. The tensor is channels-last, each pixel's
 channels padded with zeros to a whole number of words, or packed without padding when the
-program's input is (see :mod:`hdl.compiler.program`).
+program's input is (see :mod:`hdl.compiler.program`). Where the program stacks the first
+convolution's kernel rows into the input (``program.input_stacking``), :func:`pack_input`
+sends the stacked tensor.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -54,9 +58,11 @@ def pack_input(program: Program, codes: np.ndarray) -> list[int]:
     """One inference's int8 input codes (``batch`` inputs when the program has a batch)
     to the list of ``input_data`` beat values."""
     codes = np.asarray(codes)
-    expected = program.input.channels * program.input.height * program.input.width * program.batch
+    expected = math.prod(program.input_shape) * program.batch
     if codes.dtype != np.int8 or codes.size != expected:
         raise ValueError(f"input must be {expected} int8 codes, not {codes.size} of {codes.dtype}")
+    if program.input_stacking:
+        codes = program.input_stacking.stack(codes.reshape(program.batch, *program.input_shape))
     words = tensor_to_words(program.input, program.config.bank_width, codes)
     per_beat = program.words_per_beat
     return [words_to_int(words[i:i + per_beat]) for i in range(0, len(words), per_beat)]

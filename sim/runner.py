@@ -80,6 +80,19 @@ def icarus_time_zero_fix(verilog_text: str) -> str:
     return fixed
 
 
+def _verilator_ports_only(build_dir: Path) -> list[str]:
+    """Verilator options that make only the top level's ports visible to cocotb.
+
+    cocotb's runner passes ``--public-flat-rw``, which keeps every internal signal as a
+    VPI-visible variable and stops Verilator from optimising them away: the LeNet design
+    simulated at 32k cycles/s with it and at 100k without. The testbench touches only
+    the ports, so a control file makes just those public.
+    """
+    control = build_dir / "ports_only.vlt"
+    write_atomically(control, f'`verilator_config\npublic_flat_rw -module "{TOP_NAME}" -var "*"\n')
+    return ["--no-public-flat-rw", str(control)]
+
+
 def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarray], *,
              simulator: str, build_dir: str | os.PathLike, seed: int = 0,
              gap_probability: float = 0.3, stall_probability: float = 0.3,
@@ -125,7 +138,7 @@ def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarr
             runner.build(sources=[source], build_args=["--std=08"], **build_kwargs)
             test_kwargs["test_args"] = ["--std=08"]
         else:
-            args = ["-Wno-WIDTH", "-Wno-fatal"] if simulator == "verilator" else []
+            args = ["-Wno-WIDTH", "-Wno-fatal", *_verilator_ports_only(build_dir)] if simulator == "verilator" else []
             runner.build(sources=[source], build_args=args, timescale=("1ns", "1ps"), **build_kwargs)
             test_kwargs["test_dir"] = build_dir
             test_kwargs["timescale"] = ("1ns", "1ps")

@@ -226,7 +226,8 @@ def _program():
               DenseLayer("fc", rng.integers(-5, 6, (4, 6 * 2 * 3)).astype(np.int8), np.zeros(4, np.int32),
                          QuantParams(0.1, 11), QuantParams(0.1, 0), _requant(4)))
     model = QuantizedModel("table", (3, 4, 4), QuantParams(0.1, -7), layers)
-    return lower(model, AcceleratorConfig(rows=2, cols=4, accumulator_depth=8, input_bus_bits=64), batch=2)
+    config = AcceleratorConfig(rows=2, cols=4, accumulator_depth=8, input_bus_bits=64)
+    return lower(model, config, batch=2, stack_input_rows=False)
 
 
 def _as_dict(value):

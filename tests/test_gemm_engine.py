@@ -17,7 +17,7 @@ from amaranth import Elaboratable, Module
 from amaranth.hdl import UnusedElaboratable
 from amaranth.lib import wiring
 
-from hdl.compiler.program import GemmOp, lower
+from hdl.compiler.program import GemmOp, RowStacking, lower
 from hdl.compiler.widths import Widths, bits_for
 from hdl.config import AcceleratorConfig
 from hdl.gateware.gemm_engine import GemmEngine
@@ -104,13 +104,14 @@ def _weighted(rng, cls, name, weight_shape, zp_in, **kwargs):
 def conv_dense_program(rows, cols):
     """A 3x3 convolution (padding (1, 2), stride (2, 1), input zero point 7) on 5 channels,
     5 outputs, then flatten and a dense layer (a full-image kernel) to 4 outputs, with
-    input zero point -9; batch 2, accumulators of 5 over 2 x 12 pixels."""
+    input zero point -9; batch 2, accumulators of 5 over 2 x 12 pixels. The input's rows
+    are not stacked (``test_row_stacked_conv_matches_reference`` stacks them)."""
     rng = np.random.default_rng(40 + 10 * rows + cols)
     conv = _weighted(rng, Conv2dLayer, "conv", (5, 5, 3, 3), 7, stride=(2, 1), padding=(1, 2))
     fc = _weighted(rng, DenseLayer, "fc", (4, 5 * 3 * 4), -9)
     model = QuantizedModel("conv_dense", (5, 5, 2), QuantParams(0.05, 7), (conv, FlattenLayer("flat"), fc))
     config = AcceleratorConfig(rows=rows, cols=cols, accumulator_depth=5, input_bus_bits=64)
-    return lower(model, config, batch=2), model
+    return lower(model, config, batch=2, stack_input_rows=False), model
 
 
 def dense_program(rows, cols, batch, depth):
@@ -272,9 +273,13 @@ def _check_program(program, model, seed, codes=None, spread=True):
         after = results[index + 1][1] if index + 1 < len(results) else mem
         _check_op_writes(program, op, before, after, writes, steps, last_steps, latency)
         layer = layers[op.name]
-        source = torch.as_tensor(read_tensor(before, op.source, bank), dtype=torch.int8)
-        source = source.reshape((op.source.images,) + tuple(shapes[op.name]) if isinstance(layer, Conv2dLayer)
-                                else (op.source.images, -1))
+        if op.source == program.input and program.input_stacking:
+            # Its source in memory has the input's rows stacked; the layer takes the input.
+            source = torch.as_tensor(codes).reshape((program.batch,) + tuple(model.input_shape))
+        else:
+            source = torch.as_tensor(read_tensor(before, op.source, bank), dtype=torch.int8)
+            source = source.reshape((op.source.images,) + tuple(shapes[op.name]) if isinstance(layer, Conv2dLayer)
+                                    else (op.source.images, -1))
         want = run_layer(layer, source).numpy().astype(np.int64)
         got = read_tensor(after, op.dest, bank).reshape(want.shape)
         np.testing.assert_array_equal(got, want, err_msg=op.name)
@@ -285,6 +290,23 @@ def _check_program(program, model, seed, codes=None, spread=True):
     np.testing.assert_array_equal(got, reference)
     if spread:
         assert len(np.unique(reference)) > 4       # the requantization does not squash everything
+
+
+def test_row_stacked_conv_matches_reference():
+    """A 2-channel 3x3 convolution (stride 2, padding 1, input zero point 7) on a 4x4 array
+    runs on its input with rows stacked: 6 channels and a 1x3 kernel, 5 tiles instead of
+    6, vertical padding sent as the zero point; batch 2."""
+    rng = np.random.default_rng(77)
+    conv = _weighted(rng, Conv2dLayer, "conv", (5, 2, 3, 3), 7, stride=(2, 2), padding=(1, 1))
+    model = QuantizedModel("stacked", (2, 9, 9), QuantParams(0.05, 7), (conv,))
+    config = AcceleratorConfig(rows=4, cols=4, accumulator_depth=8, input_bus_bits=64)
+    program = lower(model, config, batch=2)
+    op, = program.gemm_ops
+    assert program.input_stacking == RowStacking(kernel_rows=3, stride=2, padding=1, fill=7)
+    assert (op.kernel, op.stride, op.padding, op.source.channels, op.source.height) == ((1, 3), (1, 2), (0, 1), 6, 5)
+    assert op.folded and op.k_tiles == 5
+    assert lower(model, config, batch=2, stack_input_rows=False).gemm_ops[0].k_tiles == 6
+    _check_program(program, model, seed=77)
 
 
 @pytest.mark.parametrize("rows, cols", [(3, 2), (2, 2), (2, 3)])

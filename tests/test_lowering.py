@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hdl.compiler.program import GemmOp, PoolOp, lower
+from hdl.compiler.program import GemmOp, PoolOp, RowStacking, lower
 from hdl.config import AcceleratorConfig
 from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, MaxPool2dLayer, QuantizedModel, QuantParams,
@@ -55,7 +55,7 @@ def test_program_numbers_of_a_small_cnn():
                        QuantParams(0.1, 3), QuantParams(0.1, 0), _requant(6), stride=(1, 1), padding=(1, 1))
     pool = MaxPool2dLayer("pool", (2, 2), (2, 2))
     model = QuantizedModel("cnn", (3, 8, 8), QuantParams(0.1, 3), (conv, pool))
-    program = lower(model, AcceleratorConfig(rows=4, cols=4))
+    program = lower(model, AcceleratorConfig(rows=4, cols=4), stack_input_rows=False)
     gemm, pooling = program.ops
     assert isinstance(gemm, GemmOp) and isinstance(pooling, PoolOp)
     assert (gemm.channel_tiles, gemm.n_tiles, gemm.kernel, gemm.padding) == (1, 2, (3, 3), (1, 1))
@@ -97,7 +97,7 @@ def test_folding_where_it_saves_tiles():
     """LeNet's convolutions fold on 8 rows: the input and both pools' outputs are packed
     (each conv reads kernel rows of kw * C consecutive values), the k tiles drop from
     25, 50, 75 to 5, 35, 65, and the packed tensors keep guard words around them."""
-    program = lower(_lenet_like(np.random.default_rng(2)), AcceleratorConfig(rows=8, cols=8))
+    program = lower(_lenet_like(np.random.default_rng(2)), AcceleratorConfig(rows=8, cols=8), stack_input_rows=False)
     c1, p1, c2, p2, c3 = program.ops
     assert [op.folded for op in (c1, c2, c3)] == [True, True, True]
     assert [(op.row_tiles, op.k_tiles) for op in (c1, c2, c3)] == [(1, 5), (7, 35), (13, 65)]
@@ -135,3 +135,60 @@ def test_folding_only_where_it_saves_tiles():
                           QuantParams(0.1, 0), QuantParams(0.1, 0), _requant(2)))
     program = lower(QuantizedModel("one_tap", (2, 6, 6), QuantParams(0.1, 0), layers), AcceleratorConfig(rows=8, cols=8))
     assert not program.ops[1].dest.packed_lanes and not program.ops[2].folded
+
+
+def test_row_stacking_where_it_saves_cycles():
+    """LeNet's first convolution (1 channel, 5x5) runs on its input with the 5 rows of each
+    window stacked as channels: a 1x5 kernel on 5 channels, 25 values in 4 tiles of 8
+    rows (5 folded) and 2 of 16 (5); the stacked input is packed, 40 rows of 44."""
+    model = _lenet_like(np.random.default_rng(2))
+    for rows, k_tiles in ((8, 4), (16, 2)):
+        program = lower(model, AcceleratorConfig(rows=rows, cols=rows))
+        c1 = program.ops[0]
+        assert program.input_stacking == RowStacking(kernel_rows=5, stride=1, padding=0, fill=3)
+        assert (c1.kernel, c1.k_tiles, c1.folded) == ((1, 5), k_tiles, True)
+        assert program.input == c1.source and program.input_shape == (1, 44, 44)
+        assert (c1.source.channels, c1.source.height, c1.source.width, c1.source.packed_lanes) == (5, 40, 44, rows)
+        assert [op.k_tiles for op in program.gemm_ops[1:]] == [
+            op.k_tiles for op in lower(model, AcceleratorConfig(rows=rows, cols=rows), stack_input_rows=False).gemm_ops[1:]]
+
+
+def test_row_stacking_only_where_it_saves_cycles():
+    """No stacking for a 1-row kernel, for a first layer that is not a convolution, nor
+    where the stacked kernel row takes as many tiles (8 channels on 8 rows: 9 either way)."""
+    rng = np.random.default_rng(5)
+
+    def first_conv(c_in, kernel):
+        conv = Conv2dLayer("c", rng.integers(-127, 128, (4, c_in) + kernel).astype(np.int8), np.zeros(4, np.int32),
+                           QuantParams(0.1, 3), QuantParams(0.1, 0), _requant(4), padding=(1, 1))
+        return QuantizedModel("m", (c_in, 6, 6), QuantParams(0.1, 3), (conv,))
+
+    assert lower(first_conv(8, (3, 3)), AcceleratorConfig(rows=8, cols=8)).input_stacking is None
+    assert lower(first_conv(1, (1, 3)), AcceleratorConfig(rows=8, cols=8)).input_stacking is None
+    assert lower(first_conv(1, (3, 3)), AcceleratorConfig(rows=8, cols=8)).input_stacking is not None
+    dense = QuantizedModel("d", (6,), QuantParams(0.1, 0), (
+        DenseLayer("fc", np.ones((2, 6), np.int8), np.zeros(2, np.int32), QuantParams(0.1, 0),
+                   QuantParams(0.1, 0), _requant(2)),))
+    assert lower(dense, AcceleratorConfig(rows=8, cols=8)).input_stacking is None
+
+
+@pytest.mark.parametrize("stride, padding", [(1, 0), (2, 1), (3, 2)])
+def test_row_stacking_layout_and_kernel(stride, padding):
+    """Stacked channel ``i * C + c`` at ``(y, x)`` is channel ``c`` of input row
+    ``y * stride - padding + i`` (the fill where that is padding), and the stacked kernel
+    gives every output the same sum as the original convolution."""
+    rng = np.random.default_rng(stride)
+    stacking = RowStacking(kernel_rows=3, stride=stride, padding=padding, fill=-5)
+    images = rng.integers(-128, 128, (2, 2, 7, 4)).astype(np.int8)
+    stacked = stacking.stack(images)
+    h_out = (7 + 2 * padding - 3) // stride + 1
+    assert stacked.shape == (2, 6, h_out, 4) == (2,) + stacking.stacked_shape((2, 7, 4))
+    for n, i, c, y, x in np.ndindex(2, 3, 2, h_out, 4):
+        row = y * stride - padding + i
+        assert stacked[n, i * 2 + c, y, x] == (images[n, c, row, x] if 0 <= row < 7 else -5)
+    kernel = rng.integers(-128, 128, (3, 2, 3, 2))
+    flat = stacking.stack_kernel(kernel)
+    padded = np.pad(images.astype(np.int64), ((0, 0), (0, 0), (padding, padding), (0, 0)), constant_values=-5)
+    for n, o, y, x in np.ndindex(2, 3, h_out, 3):
+        want = (kernel[o] * padded[n, :, y * stride:y * stride + 3, x:x + 2]).sum()
+        assert (flat[o, :, 0] * stacked[n, :, y, x:x + 2]).sum() == want

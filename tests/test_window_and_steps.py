@@ -233,6 +233,14 @@ def _check_weight_tiles(program, model, op, steps):
         kernel = layer.weight.reshape(layer.out_features, src.channels, *op.kernel)
     else:
         kernel = layer.weight
+    if src == program.input and program.input_stacking:
+        # Row-stacked input: channel i * C + c of the 1 x kw kernel is channel c of kernel row i.
+        n, c_orig, kh, kw = kernel.shape
+        stacked = np.zeros((n, kh * c_orig, 1, kw), kernel.dtype)
+        for i in range(kh):
+            for c in range(c_orig):
+                stacked[:, i * c_orig + c, 0, :] = kernel[:, c, i, :]
+        kernel = stacked
     n_out, c_in = kernel.shape[:2]
     for step in steps:
         nt, i, tap = step["_tile"]

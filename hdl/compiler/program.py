@@ -30,6 +30,18 @@ words; the memory's two banks read both at once. Rows whose tap lies in the hori
 padding read the zero point, like padding taps do; rows past the kernel row have zero
 weights. The lowering folds only where it saves tiles.
 
+Kernel rows stacked into the network input
+------------------------------------------
+Folding still spends ``kh`` tile sets on a first layer with few channels: LeNet's 1-channel
+5x5 convolution takes 5 tiles of 5 useful rows on 16 rows. When the first layer is a
+convolution, the host can send its input with the ``kh`` input rows of each output row
+stacked as channels (:class:`RowStacking`): stacked pixel ``(y, x)`` holds channel ``c`` of
+input row ``y * sy - py + i`` at channel ``i * C + c``, the zero point where that row is
+vertical padding. The layer becomes a ``1 x kw`` convolution of ``kh * C`` channels, with
+the same sums in another order (exact), and its kernel row of ``kh * kw * C`` values folds
+into ``ceil(kh * kw * C / rows)`` tiles: 2 instead of 5 on 16 rows. The input grows about
+``kh / sy`` times; the lowering stacks only when the tiles saved outweigh the longer load.
+
 Schedule of a GEMM op (this order is what the hardware step generator produces)::
 
     for nt in range(n_tiles):                  # output-channel tile (cols channels)
@@ -84,6 +96,33 @@ class TensorPlacement:
         if self.packed_lanes:
             return _ceil_div(self.pixels * self.channels, self.packed_lanes)
         return self.pixels * self.words_per_pixel
+
+
+@dataclass(frozen=True)
+class RowStacking:
+    """How the host stacks the first convolution's kernel rows into the input's channels
+    (see the module docstring): ``(C, H, W)`` becomes ``(kernel_rows * C, H_out, W)``."""
+    kernel_rows: int
+    stride: int                 # the convolution's vertical stride and padding
+    padding: int
+    fill: int                   # the input zero point, read by vertical padding
+
+    def stacked_shape(self, shape: tuple[int, int, int]) -> tuple[int, int, int]:
+        c, h, w = shape
+        return self.kernel_rows * c, (h + 2 * self.padding - self.kernel_rows) // self.stride + 1, w
+
+    def stack(self, images: np.ndarray) -> np.ndarray:
+        """``[n, C, H, W]`` codes to ``[n, kernel_rows * C, H_out, W]``."""
+        n, c, h, w = images.shape
+        padded = np.full((n, c, h + 2 * self.padding, w), self.fill, dtype=images.dtype)
+        padded[:, :, self.padding:self.padding + h] = images
+        tops = np.arange(self.stacked_shape((c, h, w))[1]) * self.stride
+        return np.concatenate([padded[:, :, tops + i] for i in range(self.kernel_rows)], axis=1)
+
+    def stack_kernel(self, kernel: np.ndarray) -> np.ndarray:
+        """``[N, C, kh, kw]`` weights to the stacked layer's ``[N, kh * C, 1, kw]``."""
+        n, c, kh, kw = kernel.shape
+        return kernel.transpose(0, 2, 1, 3).reshape(n, kh * c, 1, kw)
 
 
 @dataclass(frozen=True)
@@ -169,6 +208,8 @@ class Program:
     clamp_min: np.ndarray             # int64 [param words]
     clamp_max: np.ndarray             # int64 [param words]
     layer_names: list[str] = field(default_factory=list)
+    input_shape: tuple[int, ...] = ()            # one image, as the model takes it
+    input_stacking: RowStacking | None = None    # how the host stacks it into ``input``
 
     @property
     def gemm_ops(self) -> list[GemmOp]:
@@ -218,11 +259,11 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 class _Lowering:
-    def __init__(self, model: QuantizedModel, config: AcceleratorConfig, batch: int):
+    def __init__(self, model: QuantizedModel, config: AcceleratorConfig, batch: int, stack_input_rows: bool):
         self.model, self.config, self.batch = model, config, batch
         self.ops = []
         self.tiles, self.params = [], []
-        self.regions = [0, 0]          # ping-pong halves are allocated after sizing
+        self.stacking = self.row_stacking(model.layers[0], model.shapes[0]) if stack_input_rows else None
 
     def placement(self, shape, base: int) -> TensorPlacement:
         if len(shape) == 1:
@@ -272,32 +313,58 @@ class _Lowering:
                        batch=self.batch,
                        weight_tiles=np.array(self.tiles, dtype=np.int8).reshape(-1, cfg.rows, cfg.cols),
                        bias=bias, multiplier=mult, shift=shift, zero_point=zp, clamp_min=cmin,
-                       clamp_max=cmax, layer_names=[op.name for op in self.ops])
+                       clamp_max=cmax, layer_names=[op.name for op in self.ops],
+                       input_shape=tuple(model.shapes[0]), input_stacking=self.stacking)
 
     def region(self, t: int) -> tuple[TensorPlacement, int]:
         """Tensor ``t`` placed from word 0, and the words its region takes. It is packed
         when its consumer folds and its producer can write it packed: the loader (the
         model's input) or a max-pool of more than one tap (two writes per output word)."""
         layers, shape = self.model.layers, self.model.shapes[t]
+        if t == 0 and self.stacking:
+            shape = self.stacking.stacked_shape(shape)
         placement = self.placement(shape, 0)
         consumer = next((layer for layer in layers[t:] if not isinstance(layer, FlattenLayer)), None)
         producer = layers[t - 1] if t else None
         writes_packed = producer is None or (isinstance(producer, MaxPool2dLayer)
                                              and math.prod(producer.kernel_size) > 1)
-        if consumer is None or not writes_packed or not self.folds(consumer, shape):
+        folds = self.folds(consumer, shape, stacked=t == 0 and self.stacking is not None)
+        if consumer is None or not writes_packed or not folds:
             return placement, placement.words
         before, after = self.fold_guards(consumer, shape[0])
         placement = dataclasses.replace(placement, base=before, packed_lanes=self.config.bank_width)
         return placement, before + placement.words + after
 
-    def folds(self, layer, shape) -> bool:
-        """Whether ``layer``, reading a tensor of ``shape``, runs folded (saves tiles)."""
-        rows, bank = self.config.rows, self.config.bank_width
+    def folds(self, layer, shape, stacked: bool = False) -> bool:
+        """Whether ``layer``, reading a tensor of ``shape``, runs folded (saves tiles);
+        ``stacked``: the layer as it runs on a row-stacked input (kernel height 1)."""
         if not isinstance(layer, Conv2dLayer):
             return False
-        c_in = shape[0]
+        kh, kw = (1, layer.weight.shape[3]) if stacked else layer.weight.shape[2:]
+        return self.k_tiles(kh, kw, shape[0], folded=True) < self.k_tiles(kh, kw, shape[0], folded=False)
+
+    def k_tiles(self, kh: int, kw: int, c_in: int, folded: bool) -> int:
+        rows = self.config.rows
+        return kh * (_ceil_div(kw * c_in, rows) if folded else kw * _ceil_div(c_in, rows))
+
+    def row_stacking(self, layer, shape) -> RowStacking | None:
+        """How to stack the input's rows for the first ``layer`` (see the module
+        docstring), or None where that does not save cycles: the tiles saved on every
+        output pixel against the longer input load (about ``READ_WORDS`` words a cycle)."""
+        if not isinstance(layer, Conv2dLayer) or layer.weight.shape[2] == 1:
+            return None
+        cfg = self.config
+        c, h, w = shape
         kh, kw = layer.weight.shape[2:]
-        return kh * _ceil_div(kw * c_in, rows) < kh * kw * _ceil_div(c_in, rows)
+        stacking = RowStacking(kh, layer.stride[0], layer.padding[0], layer.input_quant.zero_point)
+        stacked_c, h_out, _ = stacking.stacked_shape(shape)
+        w_out = (w + 2 * layer.padding[1] - kw) // layer.stride[1] + 1
+        before = min(self.k_tiles(kh, kw, c, folded) for folded in (False, True))
+        after = min(self.k_tiles(1, kw, stacked_c, folded) for folded in (False, True))
+        saved = (before - after) * h_out * w_out * _ceil_div(layer.out_features, cfg.cols) * self.batch
+        load_words = min(READ_WORDS, cfg.input_values_per_beat // cfg.bank_width)
+        longer_load = _ceil_div((stacked_c * h_out - c * h) * w * self.batch, cfg.bank_width * load_words)
+        return stacking if saved > longer_load else None
 
     def fold_guards(self, layer, c_in: int) -> tuple[int, int]:
         """Words kept free before and after a packed tensor: a folded window reaches
@@ -320,6 +387,10 @@ class _Lowering:
             if layer.groups != 1:
                 kernel = self.expand_groups(layer)
             stride, padding = tuple(layer.stride), tuple(layer.padding)
+            if self.stacking and not self.ops:
+                # The first layer on its row-stacked input (the model's first layer is this one).
+                kernel = self.stacking.stack_kernel(kernel)
+                stride, padding = (1, stride[1]), (0, padding[1])
         n_out, c_in, kh, kw = kernel.shape
         kernel = kernel.astype(np.int64)
         ct_count, nt_count = _ceil_div(c_in, rows), _ceil_div(n_out, cols)
@@ -384,13 +455,16 @@ class _Lowering:
         return dense
 
 
-def lower(model: QuantizedModel, config: AcceleratorConfig, batch: int = 1) -> Program:
+def lower(model: QuantizedModel, config: AcceleratorConfig, batch: int = 1, *,
+          stack_input_rows: bool = True) -> Program:
     """Compile ``model`` for ``config``, ``batch`` inputs per inference; raises
-    ``ValueError`` naming the layer that cannot fit."""
+    ``ValueError`` naming the layer that cannot fit. ``stack_input_rows=False`` never
+    stacks the input's rows (see the module docstring), which the lowering otherwise does
+    where that saves cycles."""
     if not isinstance(model, QuantizedModel):
         raise TypeError(f"model must be a QuantizedModel, not {type(model).__name__}")
     if not isinstance(config, AcceleratorConfig):
         raise TypeError(f"config must be an AcceleratorConfig, not {type(config).__name__}")
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ValueError(f"batch must be a positive integer, not {batch!r}")
-    return _Lowering(model, config, batch).run()
+    return _Lowering(model, config, batch, stack_input_rows).run()
