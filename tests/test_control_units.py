@@ -277,11 +277,12 @@ def test_op_table_holds_each_ops_constants():
                 assert ctx.get(dut.zero_point) == op.input_zero_point
             else:
                 # Neither pool writes packed here (c2's 5 channels of a 2x1 kernel do not fold);
-                # both read their pixels' two words at once.
+                # both read their pixels' two words at once, p1 (no padding) both taps of
+                # a kernel row at once.
                 assert op.words_per_read == 2 and op.reads_per_pixel == 1 and op.dest.words_per_pixel == 2
                 want = {"window": _window(op), "out_base": op.dest.base,
                         "pixels": op.dest.images * op.dest.height * op.dest.width, "words": 2, "read_lanes": 8, "reads": 1,
-                        "out_words": 2, "out_lanes": 0, "last_lanes": 8}
+                        "taps": 2 if op.name == "p1" else 1, "out_words": 2, "out_lanes": 0, "last_lanes": 8}
                 assert _as_dict(ctx.get(dut.pool)) == want, op.name
 
     run_bench(dut, bench, clock=False)

@@ -63,7 +63,10 @@ def test_program_numbers_of_a_small_cnn():
     assert gemm.macs == 64 * 6 * 27 and gemm.input_zero_point == 3
     # 2 words a pixel (6 channels, 4 lanes a word), read at once; 2x2 taps.
     assert not gemm.folded and pooling.words_per_read == 2   # 3 kernel rows of 9 values would take 9 tiles too
-    assert (pooling.dest.height, pooling.dest.width, pooling.steps) == (4, 4, 16 * 1 * 4)
+    # A read takes a kernel row: 2 taps of 2 words; the 2 words of a result are written
+    # while the next pixel's 2 reads run.
+    assert pooling.taps_per_read == 2 and pooling.read_words == 4
+    assert (pooling.dest.height, pooling.dest.width, pooling.steps) == (4, 4, 16 * 1 * 2)
     assert program.weight_tiles.shape == (2 * 9, 4, 4)
     # Ping-pong: the pooling op reads where the convolution wrote.
     assert pooling.source == gemm.dest and gemm.source == program.input and program.output == pooling.dest
@@ -114,6 +117,19 @@ def test_folding_where_it_saves_tiles():
         assert low.base + low.words <= high.base
         if op.dest.packed_lanes:
             assert op.dest.base >= 1 and op.dest.base + op.dest.words + 2 <= program.activation_words
+
+
+def test_pools_read_kernel_rows_where_their_writes_keep_up():
+    """On 16 lanes LeNet's first pool reads both taps of a kernel row at once (10
+    channels: one word a pixel), halving its reads. Its second pool's 20 channels take two
+    words a pixel, and its packed output three words, more than two reads leave time to
+    write: it reads a tap at a time, as both do on 8 lanes."""
+    model = _lenet_like(np.random.default_rng(2))
+    _, p1, _, p2, _ = lower(model, AcceleratorConfig(rows=16, cols=16)).ops
+    assert [(p.taps_per_read, p.words_per_read, p.read_words) for p in (p1, p2)] == [(2, 1, 2), (1, 2, 2)]
+    assert (p1.steps, p2.steps) == (400 * 2, 64 * 4)
+    _, p1, _, p2, _ = lower(model, AcceleratorConfig(rows=8, cols=8)).ops
+    assert [(p.taps_per_read, p.words_per_read) for p in (p1, p2)] == [(1, 2), (1, 3)]
 
 
 def test_folding_only_where_it_saves_tiles():

@@ -109,6 +109,40 @@ def test_pool_writes_packed_output(rows, cols, channels, kernel, batch):
     _check_pool_ops(program, layers, rows + channels)
 
 
+def _row_read_program(rows, cols, channels, kernel, stride, padding, then_fold):
+    """A 1x1 convolution to ``channels``, then a pooling layer with no horizontal
+    padding, then (``then_fold``) a 3x3 convolution that folds, so the pool writes packed."""
+    rng = np.random.default_rng(800 + rows * 10 + channels)
+
+    def conv(name, c_in, c_out, k):
+        return Conv2dLayer(name, rng.integers(-5, 6, (c_out, c_in, k, k)).astype(np.int8), np.zeros(c_out, np.int32),
+                           QuantParams(0.1, 0), QuantParams(0.1, 0),
+                           Requantization(np.full(c_out, 2 ** 30, np.int64), np.full(c_out, 40, np.int64), 0, -128),
+                           padding=(k // 2, k // 2))
+    pool = MaxPool2dLayer("pool", kernel, stride, padding)
+    layers = (conv("c1", 2, channels, 1), pool) + ((conv("c2", channels, 3, 3),) if then_fold else ())
+    model = QuantizedModel("rows", (2, 7, 9), QuantParams(0.1, 0), layers)
+    program = lower(model, AcceleratorConfig(rows=rows, cols=cols, input_bus_bits=128), batch=2)
+    return program, (pool,)
+
+
+@pytest.mark.parametrize("rows, cols, channels, kernel, stride, padding, then_fold, taps, words", [
+    (4, 4, 5, (2, 2), (2, 2), (0, 0), False, 2, 2),     # two taps of two words: the read's four words
+    (4, 4, 3, (3, 3), (1, 2), (1, 0), False, 3, 1),     # three one-word taps; rows of vertical padding
+    (8, 8, 6, (2, 4), (1, 1), (1, 0), False, 4, 1),     # four one-word taps
+    (4, 4, 2, (2, 2), (2, 1), (0, 0), True, 2, 1),      # packed output (two words a pixel) after two reads
+    (4, 4, 5, (2, 2), (2, 2), (0, 0), True, 1, 2),      # packed output of three words: a tap a read
+])
+def test_pool_reads_kernel_rows_at_once(rows, cols, channels, kernel, stride, padding, then_fold, taps, words):
+    """Where a kernel row's pixels fit a read (and nothing pads them horizontally), one
+    read takes the whole row: the op needs 1 / kw of the reads."""
+    program, layers = _row_read_program(rows, cols, channels, kernel, stride, padding, then_fold)
+    pool = program.ops[1]
+    assert (pool.taps_per_read, pool.words_per_read, bool(pool.dest.packed_lanes)) == (taps, words, then_fold)
+    assert pool.steps == pool.dest.pixels * pool.reads_per_pixel * kernel[0] * kernel[1] // taps
+    _check_pool_ops(program, layers, rows + channels)
+
+
 @pytest.mark.parametrize("rows, cols, batch", [(2, 4, 2), (2, 2, 1)])
 def test_pool_ops_match_reference(rows, cols, batch):
     program, layers = _program(rows, cols, batch)
@@ -123,8 +157,8 @@ def _check_pool_ops(program, layers, seed):
     bank = program.config.bank_width
     pool_ops = [op for op in program.ops if isinstance(op, PoolOp)]
     widths = Widths.of(program)
-    read_words = max(op.words_per_read for op in pool_ops)
-    dut = PoolEngine(widths, bank, program.config.data_bits, read_words, any(op.dest.packed_lanes for op in pool_ops))
+    read_words = max(op.read_words for op in pool_ops)
+    dut = PoolEngine.for_ops(widths, bank, program.config.data_bits, pool_ops)
     layout = pool_params_layout(widths, bank)
     rng = np.random.default_rng(seed)
     # Random words everywhere, lanes past the channels too; -128 and 127 appear often.

@@ -174,19 +174,28 @@ class GemmOp(WindowOp):
 @dataclass(frozen=True)
 class PoolOp(WindowOp):
     """Max-pooling, a pass of its own over the activation memory. Each read takes
-    ``words_per_read`` consecutive words of a pixel's channels; the engine writes a result a
-    word a cycle, so the lowering reads no more words at once than the window's taps leave
-    time to write (one more when the destination is packed: the lanes straddle a word)."""
+    ``words_per_read`` consecutive words of a pixel's channels, for ``taps_per_read``
+    horizontally consecutive taps (a whole kernel row, when the pixel's words fit a read
+    that many times and there is no horizontal padding: consecutive pixels are consecutive
+    words). The engine writes a result a word a cycle, so the lowering reads no more at
+    once than the window's reads leave time to write (one word more when the destination
+    is packed: the lanes straddle a word)."""
     words_per_read: int = 1
+    taps_per_read: int = 1
 
     @property
     def reads_per_pixel(self) -> int:
         return _ceil_div(self.source.words_per_pixel, self.words_per_read)
 
     @property
+    def read_words(self) -> int:
+        """Words one read returns."""
+        return self.words_per_read * self.taps_per_read
+
+    @property
     def steps(self) -> int:
-        """Memory reads: one per window tap per read of an output pixel's channels."""
-        return self.dest.pixels * self.reads_per_pixel * self.kernel[0] * self.kernel[1]
+        """Memory reads: one per read of a kernel row's taps per read of an output pixel's channels."""
+        return self.dest.pixels * self.reads_per_pixel * self.kernel[0] * self.kernel[1] // self.taps_per_read
 
 
 @dataclass
@@ -297,10 +306,7 @@ class _Lowering:
             dest = dataclasses.replace(at_zero, base=at_zero.base + (low_words if half else 0))
             half ^= 1
             if isinstance(layer, MaxPool2dLayer):
-                taps = math.prod(layer.kernel_size)
-                words = max(1, min(current.words_per_pixel, READ_WORDS, taps - (1 if dest.packed_lanes else 0)))
-                self.ops.append(PoolOp(layer.name, current, dest, tuple(layer.kernel_size),
-                                       tuple(layer.stride), tuple(layer.padding), words))
+                self.ops.append(self.pool(layer, current, dest))
             elif isinstance(layer, (DenseLayer, Conv2dLayer)):
                 self.ops.append(self.gemm(layer, current, dest, pending_flatten))
             else:
@@ -334,6 +340,18 @@ class _Lowering:
         before, after = self.fold_guards(consumer, shape[0])
         placement = dataclasses.replace(placement, base=before, packed_lanes=self.config.bank_width)
         return placement, before + placement.words + after
+
+    @staticmethod
+    def pool(layer: MaxPool2dLayer, source: TensorPlacement, dest: TensorPlacement) -> PoolOp:
+        """A pool op reading as much at once as its writes leave time for (see :class:`PoolOp`)."""
+        (kh, kw), wpp = layer.kernel_size, source.words_per_pixel
+        written = wpp + (1 if dest.packed_lanes else 0)        # words one output pixel's writes touch
+        if kw > 1 and layer.padding[1] == 0 and kw * wpp <= READ_WORDS and written <= kh:
+            words, taps = wpp, kw
+        else:
+            words, taps = max(1, min(wpp, READ_WORDS, kh * kw - (1 if dest.packed_lanes else 0))), 1
+        return PoolOp(layer.name, source, dest, tuple(layer.kernel_size), tuple(layer.stride),
+                      tuple(layer.padding), words, taps)
 
     def folds(self, layer, shape, stacked: bool = False) -> bool:
         """Whether ``layer``, reading a tensor of ``shape``, runs folded (saves tiles);

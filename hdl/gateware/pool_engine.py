@@ -3,7 +3,9 @@
 For each output pixel and each read of its channels (``words_per_read`` consecutive
 words), the window's taps are read one a cycle and a running lane-wise maximum
 is kept; taps outside the input read as ``MAXPOOL_PAD_VALUE`` (the smallest code, so they
-never win, as PyTorch's -infinity padding). One read a cycle, no stalls.
+never win, as PyTorch's -infinity padding). One read a cycle, no stalls. A read may take
+``taps_per_read`` consecutive taps of a kernel row at once (their pixels are consecutive
+words); their maximum is taken as the data arrives.
 
 The finished lanes are written a word a cycle through a queue. A packed
 destination (the input of a folded convolution) puts read ``q`` of pixel ``p`` at element
@@ -26,7 +28,7 @@ def pool_params_layout(w: Widths, bank_width: int) -> data.StructLayout:
     else its words); ``last_lanes``: the lanes of its last word that are channels."""
     return data.StructLayout({"window": window_layout(w), "out_base": unsigned(w.act_addr),
                               "pixels": unsigned(w.pixel), "words": range(BANKS + 1), "read_lanes": range(BANKS * bank_width + 1),
-                              "reads": unsigned(w.coord),
+                              "reads": unsigned(w.coord), "taps": range(BANKS + 1),
                               "out_words": unsigned(w.coord), "out_lanes": range(bank_width),
                               "last_lanes": range(BANKS * bank_width + 1)})
 
@@ -42,7 +44,7 @@ def pool_params(op: PoolOp, bank_width: int) -> dict:
         last_lanes = (dest.words_per_pixel * bank_width) - (op.reads_per_pixel - 1) * per_read
     return {"window": window_params(op.source, op.dest, op.kernel, op.stride, op.padding),
             "out_base": dest.base, "pixels": dest.pixels, "words": op.words_per_read, "read_lanes": per_read,
-            "reads": op.reads_per_pixel, "out_words": out_words, "out_lanes": out_lanes, "last_lanes": last_lanes}
+            "reads": op.reads_per_pixel, "taps": op.taps_per_read, "out_words": out_words, "out_lanes": out_lanes, "last_lanes": last_lanes}
 
 
 class PoolEngine(wiring.Component):
@@ -51,16 +53,22 @@ class PoolEngine(wiring.Component):
     params: In, held while busy; start: In (pulse, ignored while busy); busy: Out.
     read: the activation memory's read port of ``read_words`` words (one cycle after the address).
 
-    ``read_words`` (the most any pool op of the program reads at once) and ``packed``
-    (whether any writes packed) size the data path: a design without them pays for neither.
+    ``read_words`` (the most any pool op of the program reads at once), ``packed``
+    (whether any writes packed) and ``row_reads`` (the ``(taps_per_read, words_per_read)``
+    of the ops that read several taps at once) size the data path: a design without them
+    pays for none of it. :meth:`for_ops` derives them from the program's pool ops.
     write: writes of finished output words (whole words unless packed).
     """
 
-    def __init__(self, widths: Widths, bank_width: int, data_bits: int, read_words: int = 1, packed: bool = False):
+    def __init__(self, widths: Widths, bank_width: int, data_bits: int, read_words: int = 1, packed: bool = False,
+                 row_reads: tuple[tuple[int, int], ...] = ()):
         if not 1 <= read_words <= BANKS:
             raise ValueError(f"a pool read takes 1 to {BANKS} words, not {read_words}")
+        for taps, words in row_reads:
+            if taps < 2 or words < 1 or taps * words > read_words:
+                raise ValueError(f"a read of {taps} taps of {words} words does not fit reads of {read_words} words")
         self._w, self._bank, self._data_bits = widths, bank_width, data_bits
-        self._read_words, self._packed = read_words, packed
+        self._read_words, self._packed, self._row_reads = read_words, packed, tuple(sorted(set(row_reads)))
         super().__init__({
             "params": In(pool_params_layout(widths, bank_width)),
             "start": In(1),
@@ -68,6 +76,13 @@ class PoolEngine(wiring.Component):
             "read": Out(window_read_port(widths.act_addr, bank_width, data_bits, read_words)),
             "write": Out(write_port(widths.act_addr, bank_width, data_bits)),
         })
+
+    @classmethod
+    def for_ops(cls, widths: Widths, bank_width: int, data_bits: int, ops: list[PoolOp]) -> "PoolEngine":
+        """An engine sized for ``ops`` (a program's pool ops)."""
+        return cls(widths, bank_width, data_bits, max([1] + [op.read_words for op in ops]),
+                   any(op.dest.packed_lanes for op in ops),
+                   tuple((op.taps_per_read, op.words_per_read) for op in ops if op.taps_per_read > 1))
 
     def elaborate(self, platform):
         m = Module()
@@ -81,7 +96,7 @@ class PoolEngine(wiring.Component):
         out_addr, out_lane = Signal(w.act_addr), Signal(range(bank))
         pix_addr, pix_lane = Signal(w.act_addr), Signal(range(bank))
         ibase, pix = Signal(w.pixel), Signal(w.pixel)   # image's first input pixel; output pixel
-        last_j = j == g.kw - 1
+        last_j = j + p.taps >= g.kw
         last_tap = last_j & (i == g.kh - 1)
         last_read = q == p.reads - 1
 
@@ -93,7 +108,7 @@ class PoolEngine(wiring.Component):
                          out_addr.eq(p.out_base), out_lane.eq(0), pix_addr.eq(p.out_base), pix_lane.eq(0),
                          ibase.eq(0), pix.eq(0)]
         with m.If(running):
-            m.d.sync += j.eq(j + 1)
+            m.d.sync += j.eq(j + p.taps)
             with m.If(last_j):
                 m.d.sync += [j.eq(0), i.eq(i + 1)]
             with m.If(last_tap):
@@ -128,13 +143,24 @@ class PoolEngine(wiring.Component):
         m.d.comb += [window.window.eq(g), self.read.addr.eq(window.addr)]
         tags = delay_line(m, tag, WindowAddress.LATENCY + 1, "tag")
 
-        # Data arrives a cycle after the address: running maximum, lane-wise over the words.
+        # Data arrives a cycle after the address. A read of several taps becomes one of
+        # their lane-wise maximum first; then a running maximum, lane-wise over the words.
         at_data, pad = tags[-1], delayed(m, window.pad, 1, "pad")
         read_lanes = self._read_words * bank
+        read = Signal(data.ArrayLayout(signed(self._data_bits), read_lanes))
+        m.d.comb += read.eq(self.read.data)
+        for taps, words in self._row_reads:                 # (params are held until the last write)
+            with m.If((p.taps == taps) & (p.words == words)):
+                for lane in range(words * bank):
+                    values = [self.read.data[t * words * bank + lane] for t in range(taps)]
+                    best_tap = values[0]
+                    for value in values[1:]:
+                        best_tap = Mux(value > best_tap, value, best_tap)
+                    m.d.comb += read[lane].eq(best_tap)
         best = Signal(data.ArrayLayout(signed(self._data_bits), read_lanes))
         for lane in range(read_lanes):
             value = Signal(signed(self._data_bits), name=f"tap{lane}")
-            m.d.comb += value.eq(self.read.data[lane])
+            m.d.comb += value.eq(read[lane])
             with m.If(pad):
                 m.d.comb += value.eq(sem.MAXPOOL_PAD_VALUE)
             with m.If(at_data.first | (value > best[lane])):

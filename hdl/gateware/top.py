@@ -80,7 +80,8 @@ class NeuralNetworkAccelerator(wiring.Component):
 
         load_words = min(BANKS, prog.words_per_beat)
         pool_ops = [op for op in prog.ops if isinstance(op, PoolOp)]
-        pool_words = max([1] + [op.words_per_read for op in pool_ops])
+        m.submodules.pool = pool = PoolEngine.for_ops(w, lanes, bits, pool_ops)
+        pool_words = max([1] + [op.read_words for op in pool_ops])
         m.submodules.activations = act = ActivationMemory(prog.activation_words, w.act_addr, lanes, bits,
                                                           load_words, pool_words)
         m.submodules.loader = loader = InputLoader(prog.input, prog.words_per_beat, cfg.input_bus_bits,
@@ -88,8 +89,6 @@ class NeuralNetworkAccelerator(wiring.Component):
         m.submodules.ops = ops = OpTable(prog, w)
         m.submodules.steps = steps = StepGenerator(w, cfg, folding=any(op.folded for op in prog.gemm_ops))
         m.submodules.gemm = gemm = GemmEngine(prog, w)
-        m.submodules.pool = pool = PoolEngine(w, lanes, bits, pool_words,
-                                              packed=any(op.dest.packed_lanes for op in pool_ops))
         m.submodules.output = output = OutputUnit(prog, w)
         m.submodules.sequencer = seq = Sequencer(len(prog.ops), gemm.write_latency)
         m.submodules.perf = perf = PerfCounters(len(prog.ops) + 2, PERF_BITS)
