@@ -11,8 +11,12 @@ Data path of one step issued at cycle ``t`` (all latencies derived from the conf
     t+A+6    the requantizer's result (``Requantizer.LATENCY`` = 5) is written to the
              activation memory
 
-The accumulator memory's read port is transparent to its write port, so the same
-address can be accumulated on consecutive cycles (batch-1 dense layers do).
+The accumulator memory is read two cycles before the sums arrive and its output is
+registered, so that no path runs from the block RAM through the adder back into it.
+Its read port is transparent to its write port, which covers a write in the cycle of the
+read; a write in the cycle after it (the previous step's, to the same address: batch-1
+dense layers accumulate one address every cycle) is forwarded from the register that
+holds it.
 """
 from amaranth import Cat, Module, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
@@ -125,7 +129,8 @@ class GemmEngine(wiring.Component):
         m.d.comb += [array.x.eq(x_reg), array.weights.eq(weights.weights)]
 
         # Accumulate at the array's output.
-        ctrl_early = delayed(m, step, self.sum_latency - 1, "ctrl")
+        ctrl_read = delayed(m, step, self.sum_latency - 2, "ctrl")
+        ctrl_early = delayed(m, ctrl_read, 1, "ctrl")
         ctrl = delayed(m, ctrl_early, 1, "ctrl")
         acc_mem = memory.Memory(shape=data.ArrayLayout(signed(cfg.accumulator_bits), cols),
                                 depth=cfg.accumulator_depth, init=[])
@@ -134,20 +139,29 @@ class GemmEngine(wiring.Component):
         acc_rd = acc_mem.read_port(transparent_for=(acc_wr,))
         m.submodules.bias = bias_rom = _bias_rom(prog)
         bias_rd = bias_rom.read_port()
-        m.d.comb += [acc_rd.addr.eq(ctrl_early.acc_addr), bias_rd.addr.eq(ctrl_early.p_addr)]
+        m.d.comb += [acc_rd.addr.eq(ctrl_read.acc_addr), bias_rd.addr.eq(ctrl_early.p_addr)]
+        acc_read = Signal.like(acc_rd.data)
+        m.d.sync += acc_read.eq(acc_rd.data)
+        # The previous step's write, which the read (a cycle before it) did not see.
+        written = Signal(data.StructLayout({"en": 1, "addr": acc_wr.addr.shape(), "data": acc_wr.data.shape()}))
+        forward = Signal()
+        m.d.comb += forward.eq(written.en & (written.addr == ctrl.acc_addr))
 
         total = Signal(data.ArrayLayout(signed(cfg.accumulator_bits), cols))
         for c in range(cols):
             bias_c = bias_rd.data[c * cfg.accumulator_bits:(c + 1) * cfg.accumulator_bits].as_signed()
             with m.If(ctrl.first):
                 m.d.comb += total[c].eq(array.y[c] + bias_c)
+            with m.Elif(forward):
+                m.d.comb += total[c].eq(array.y[c] + written.data[c])
             with m.Else():
-                m.d.comb += total[c].eq(array.y[c] + acc_rd.data[c])
+                m.d.comb += total[c].eq(array.y[c] + acc_read[c])
         m.d.comb += [
             acc_wr.addr.eq(ctrl.acc_addr),
             acc_wr.data.eq(total),
             acc_wr.en.eq(ctrl.valid & ~ctrl.last),
         ]
+        m.d.sync += [written.en.eq(acc_wr.en), written.addr.eq(acc_wr.addr), written.data.eq(acc_wr.data)]
 
         # Requantize finished sums.
         m.submodules.requant_params = requant_rom = _requant_rom(prog)
