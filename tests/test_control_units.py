@@ -261,9 +261,11 @@ def test_op_table_holds_each_ops_constants():
     async def bench(ctx):
         for index, op in enumerate(program.ops):
             ctx.set(dut.op_index, index)
-            await ctx.delay(1e-6)
+            # is_pool and is_last follow at once; the constants after the clock edge.
+            await ctx.delay(1e-9)
             assert ctx.get(dut.is_last) == (index == len(program.ops) - 1)
             assert ctx.get(dut.is_pool) == isinstance(op, PoolOp)
+            await ctx.tick()
             if isinstance(op, GemmOp):
                 taps_w = op.row_tiles if op.folded else op.kernel[1]
                 want = {"window": _window(op), "folded": int(op.folded), "taps_w": taps_w,
@@ -285,7 +287,7 @@ def test_op_table_holds_each_ops_constants():
                         "taps": 2 if op.name == "p1" else 1, "out_words": 2, "out_lanes": 0, "last_lanes": 8}
                 assert _as_dict(ctx.get(dut.pool)) == want, op.name
 
-    run_bench(dut, bench, clock=False)
+    run_bench(dut, bench)
     assert [op.input_zero_point for op in program.gemm_ops] == [-7, 3, 11]
 
 
@@ -362,20 +364,21 @@ def test_sequencer_order_and_drain(kinds):
     assert [e[0] for e in pulses] == expected
     starts = [e for e in pulses if e[0] in ("gemm_start", "pool_start")]
     assert [e[2] for e in starts] == list(range(ops)) * 2                         # op_index at each start
-    # loaded -> the first start a cycle later; an engine's first idle cycle -> the next start
-    # 2 cycles later or the output 1 cycle later, plus DRAIN cycles after a GEMM op only.
+    # loaded -> the first start 2 cycles later; an engine's first idle cycle -> the next start
+    # 3 cycles later or the output 1 cycle later, plus DRAIN cycles after a GEMM op only.
     idles = [e[1] for e in events if e[0] == "idle"]
     assert len(idles) == 2 * ops
     by_cycle = {row["cycle"]: row for row in trace}
     for n, (name, cycle, _) in enumerate(pulses):
         if name in ("gemm_start", "pool_start", "output_start"):
             previous = pulses[n - 1]
+            # (A start waits a cycle after op_index changes, for the op table's registers.)
             if previous[0] == "loaded":
-                assert cycle == previous[1] + 1
+                assert cycle == previous[1] + 2
                 continue
             kind = kinds[previous[2]]
             idle = min(i for i in idles if i > previous[1])
-            want = (1 if name == "output_start" else 2) + (DRAIN if kind == "gemm" else 0)
+            want = (1 if name == "output_start" else 3) + (DRAIN if kind == "gemm" else 0)
             assert cycle - idle == want, f"{name} after {kind}: {cycle - idle} cycles after idle, expected {want}"
         if name == "rearm":
             assert by_cycle[cycle]["output_done"]
@@ -393,7 +396,7 @@ def test_sequencer_order_and_drain(kinds):
             assert row["phase"] == row["op_index"], row
             if row["gemm_start"] or row["pool_start"]:
                 current = row["op_index"]                  # the reader follows from the next cycle
-            else:
+            elif current is not None:                      # (not before the first op starts)
                 assert row["reader"] == (Reader.GEMM if kinds[current] == "gemm" else Reader.POOL), row
             if row["output_start"]:
                 state = "output"

@@ -10,15 +10,21 @@ from hdl.gateware.step_generator import gemm_params, gemm_params_layout
 
 
 class OpTable(wiring.Component):
-    """A combinational ROM of every op's constants.
+    """A ROM of every op's constants.
+
+    ``is_pool`` and ``is_last`` follow ``op_index`` at once; the constants a cycle later,
+    from registers, so that the engines' arithmetic on them starts at a flip-flop rather
+    than at the end of a multiplexer over every op (the sequencer waits that cycle).
 
     Members
     -------
     op_index: In, the op that runs.
     is_pool: Out, whether it is a pooling op; is_last: Out, whether it is the program's last.
-    gemm, zero_point: Out, a GEMM op's constants and input zero point.
-    pool: Out, a pooling op's constants.
+    gemm, zero_point: Out, a GEMM op's constants and input zero point (registered).
+    pool: Out, a pooling op's constants (registered).
     """
+    #: Cycles from ``op_index`` to the constants.
+    LATENCY = 1
 
     def __init__(self, program: Program, widths: Widths):
         self._program = program
@@ -35,12 +41,14 @@ class OpTable(wiring.Component):
         ops = self._program.ops
         gemm_layout, pool_layout = self.gemm.shape(), self.pool.shape()
         m.d.comb += self.is_last.eq(self.op_index == len(ops) - 1)
+        bank = self._program.config.bank_width
         with m.Switch(self.op_index):
             for index, op in enumerate(ops):
                 with m.Case(index):
                     if isinstance(op, GemmOp):
-                        m.d.comb += [self.gemm.eq(gemm_layout.const(gemm_params(op))),
+                        m.d.sync += [self.gemm.eq(gemm_layout.const(gemm_params(op))),
                                      self.zero_point.eq(op.input_zero_point)]
                     else:
-                        m.d.comb += [self.pool.eq(pool_layout.const(pool_params(op, self._program.config.bank_width))), self.is_pool.eq(1)]
+                        m.d.sync += self.pool.eq(pool_layout.const(pool_params(op, bank)))
+                        m.d.comb += self.is_pool.eq(1)
         return m

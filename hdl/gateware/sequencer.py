@@ -9,7 +9,8 @@ from hdl.gateware.activation_memory import Reader
 class Sequencer(wiring.Component):
     """One inference at a time. An op is done when its engine is idle and, for a GEMM op,
     ``gemm_drain`` more cycles have passed (its last writes are still in the pipeline; a
-    pooling op's ``busy`` already covers its last write).
+    pooling op's ``busy`` already covers its last write). Each op starts a cycle after
+    ``op_index`` names it, when the op table's registered constants have followed.
 
     Members
     -------
@@ -43,7 +44,9 @@ class Sequencer(wiring.Component):
                 m.d.comb += self.phase.eq(self._ops)
                 with m.If(self.loaded):
                     m.d.sync += self.op_index.eq(0)
-                    m.next = "START"
+                    m.next = "SETUP"
+            with m.State("SETUP"):                      # the op table's constants follow op_index
+                m.next = "START"
             with m.State("START"):
                 m.d.comb += [self.gemm_start.eq(~self.is_pool), self.pool_start.eq(self.is_pool)]
                 m.d.sync += self.reader.eq(Mux(self.is_pool, Reader.POOL, Reader.GEMM))
@@ -60,7 +63,7 @@ class Sequencer(wiring.Component):
                     m.next = "OUTPUT"
                 with m.Elif(drain == 0):
                     m.d.sync += self.op_index.eq(self.op_index + 1)
-                    m.next = "START"
+                    m.next = "SETUP"
             with m.State("OUTPUT"):
                 m.d.comb += self.phase.eq(self._ops + 1)
                 with m.If(self.output_done):
