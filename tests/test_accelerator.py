@@ -7,6 +7,7 @@ from torch import nn
 
 from hdl.config import AcceleratorConfig
 from hdl.compiler.program import GemmOp
+from hdl.gateware.window import WindowAddress
 from pytorch_ref.frontends.float_model import quantize_model
 from sim.cases import make_case, random_case, trained_case
 
@@ -120,7 +121,8 @@ def check_phase_cycles(case, report):
     and output phases. A change that slows the schedule breaks these bounds.
     """
     cfg = case.program.config
-    overhead = cfg.rows + cfg.cols + 16        # start, pipeline fill and the write drain
+    # The op's set-up and start, the address pipeline, the array's fill and the write drain.
+    overhead = cfg.rows + cfg.cols + 14 + WindowAddress.LATENCY
     for result in report.results:
         phases = result["phases"]
         assert sum(cycles for cycles, _ in phases) == result["cycles"]

@@ -220,16 +220,18 @@ class StepGenerator(wiring.Component):
         ]
         m.d.comb += window.window.eq(p.window)
 
-        # Stages 1-3: the input address (window pipeline) and the output address.
-        out_addr = Signal(w.act_addr)
-        m.d.sync += out_addr.eq(p.out_base + s0_pixel * p.out_cw + s0_nt_word)
+        # Stages 1 to WindowAddress.LATENCY: the input address (window pipeline), and the
+        # output address (its multiplication a stage of its own too).
+        out_offset, out_addr = Signal(w.act_addr), Signal(w.act_addr)
+        m.d.sync += [out_offset.eq(s0_pixel * p.out_cw),
+                     out_addr.eq(p.out_base + out_offset + delayed(m, s0_nt_word, 1, "nt_word"))]
         valid = delay_line(m, s0_valid, WindowAddress.LATENCY, "valid")
         m.d.comb += [
             self.steps.valid.eq(valid[-1]),
             self.steps.payload.eq(delayed(m, s0, WindowAddress.LATENCY, "s")),
             self.steps.payload.act_addr.eq(window.addr),
             self.steps.payload.pad.eq(window.pad),
-            self.steps.payload.out_addr.eq(delayed(m, out_addr, WindowAddress.LATENCY - 1, "out_addr")),
+            self.steps.payload.out_addr.eq(delayed(m, out_addr, WindowAddress.LATENCY - 2, "out_addr")),
         ]
         if self._folding:
             m.submodules.folded_window = folded = FoldedWindowAddress(w, rows, self._cfg.bank_width)

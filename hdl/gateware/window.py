@@ -5,14 +5,17 @@ An output position ``(oy, ox)`` and a kernel tap ``(i, j)`` read the input pixel
     iy = oy * stride_h + i - pad_h        ix = ox * stride_w + j - pad_w
 
 which is padding when it lies outside the input. This module holds that arithmetic once,
-as a three-stage pipeline that ends in an activation-memory address.
+as a six-stage pipeline that ends in an activation-memory address.
 """
+from types import SimpleNamespace
+
 from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.program import TensorPlacement
 from hdl.compiler.widths import Widths
+from hdl.gateware.pipeline import delayed
 
 
 def window_layout(w: Widths) -> data.StructLayout:
@@ -45,8 +48,13 @@ def tap_layout(w: Widths) -> data.StructLayout:
 class WindowAddress(wiring.Component):
     """The input address of a tap, :attr:`LATENCY` cycles after the tap.
 
-    Stage 1 computes the input coordinates and the padding test, stage 2 the pixel index,
-    stage 3 the memory address (0 for padding; the reader replaces that data).
+    Every multiplication has a stage of its own with a registered result, so that no
+    path runs from a DSP block through an adder (the products' low bits are all that the
+    sums keep, so truncating them to the sums' widths changes nothing):
+
+    1. ``oy * sh``, ``ox * sw``; 2. the input coordinates and the padding test;
+    3. ``iy * in_w``; 4. the pixel index; 5. ``pixel * in_cw``; 6. the memory address
+    (0 for padding; the reader replaces that data).
 
     Members
     -------
@@ -54,7 +62,7 @@ class WindowAddress(wiring.Component):
     tap: In, one tap a cycle.
     addr, pad: Out, registered, for the tap of ``LATENCY`` cycles ago.
     """
-    LATENCY = 3
+    LATENCY = 6
 
     def __init__(self, widths: Widths):
         self._w = widths
@@ -70,19 +78,39 @@ class WindowAddress(wiring.Component):
         w, g, tap = self._w, self.window, self.tap
         coord_s = signed(w.coord + 1)
 
+        s1 = _window_products(m, w, g, tap)
+        s1_i, s1_j, s1_base, s1_word = (delayed(m, v, 1, n) for v, n in (
+            (tap.i, "s1_i"), (tap.j, "s1_j"), (tap.image_base, "s1_base"), (tap.word, "s1_word")))
+
         iy, ix = Signal(coord_s), Signal(coord_s)
-        m.d.comb += [iy.eq(tap.oy * g.sh + tap.i - g.ph), ix.eq(tap.ox * g.sw + tap.j - g.pw)]
-        s1_iy, s1_ix, s1_pad = Signal(coord_s), Signal(coord_s), Signal()
-        s1_base, s1_word = Signal(w.pixel), Signal(w.coord)
-        m.d.sync += [s1_iy.eq(iy), s1_ix.eq(ix), s1_base.eq(tap.image_base), s1_word.eq(tap.word),
-                     s1_pad.eq((iy < 0) | (iy >= g.in_h) | (ix < 0) | (ix >= g.in_w))]
+        m.d.comb += [iy.eq(s1.oy_sh + s1_i - g.ph), ix.eq(s1.ox_sw + s1_j - g.pw)]
+        s2_iy, s2_ix, s2_pad = Signal(coord_s), Signal(coord_s), Signal()
+        m.d.sync += [s2_iy.eq(iy), s2_ix.eq(ix),
+                     s2_pad.eq((iy < 0) | (iy >= g.in_h) | (ix < 0) | (ix >= g.in_w))]
+        s2_base, s2_word = delayed(m, s1_base, 1, "s2_base"), delayed(m, s1_word, 1, "s2_word")
 
-        s2_pixel, s2_word, s2_pad = Signal(w.pixel), Signal(w.coord), Signal()
-        m.d.sync += [s2_pixel.eq(s1_base + s1_iy * g.in_w + s1_ix), s2_word.eq(s1_word), s2_pad.eq(s1_pad)]
+        s3_row = Signal(signed(w.pixel + 1))
+        m.d.sync += s3_row.eq(s2_iy * g.in_w)
+        s3_ix, s3_base = delayed(m, s2_ix, 1, "s3_ix"), delayed(m, s2_base, 1, "s3_base")
 
-        m.d.sync += [self.addr.eq(Mux(s2_pad, 0, g.in_base + s2_pixel * g.in_cw + s2_word)),
-                     self.pad.eq(s2_pad)]
+        s4_pixel = Signal(w.pixel)
+        m.d.sync += s4_pixel.eq(s3_base + s3_row + s3_ix)
+
+        s5_offset = Signal(w.act_addr)
+        m.d.sync += s5_offset.eq(s4_pixel * g.in_cw)
+        word = delayed(m, s2_word, 3, "s5_word")
+        pad = delayed(m, s2_pad, 3, "s5_pad")
+
+        m.d.sync += [self.addr.eq(Mux(pad, 0, g.in_base + s5_offset + word)), self.pad.eq(pad)]
         return m
+
+
+def _window_products(m: Module, w: Widths, g, tap):
+    """Stage 1 of both window pipelines: ``oy * sh`` and ``ox * sw``, registered."""
+    coord_s = signed(w.coord + 1)
+    oy_sh, ox_sw = Signal(coord_s, name="oy_sh"), Signal(coord_s, name="ox_sw")
+    m.d.sync += [oy_sh.eq(tap.oy * g.sh), ox_sw.eq(tap.ox * g.sw)]
+    return SimpleNamespace(oy_sh=oy_sh, ox_sw=ox_sw)
 
 
 class FoldedWindowAddress(wiring.Component):
@@ -114,32 +142,51 @@ class FoldedWindowAddress(wiring.Component):
         lane_bits = (bank - 1).bit_length()
         coord_s = signed(w.coord + 1)
         elem_s = signed(w.act_addr + lane_bits + 2)
+        # The stages follow WindowAddress's: a multiplication a stage, its result registered.
 
-        # Stage 1: the kernel row's input row and first column, and the padding around it.
+        # Stage 1: oy * sh, ox * sw; the tile's offset in the kernel row.
+        s1 = _window_products(m, w, g, tap)
+        s1_off = Signal(elem_s)
+        m.d.sync += s1_off.eq(tap.j * rows)
+        s1_i, s1_base = delayed(m, tap.i, 1, "s1_i"), delayed(m, tap.image_base, 1, "s1_base")
+
+        # Stage 2: the kernel row's input row and first column, and the padding around it.
         iy, ix0 = Signal(coord_s), Signal(coord_s)
-        m.d.comb += [iy.eq(tap.oy * g.sh + tap.i - g.ph), ix0.eq(tap.ox * g.sw - g.pw)]
-        s1_iy, s1_ix0, s1_pad = Signal(coord_s), Signal(coord_s), Signal()
-        s1_left, s1_right = Signal(coord_s), Signal(coord_s)         # taps [left, right) are inside
-        s1_base, s1_off = Signal(w.pixel), Signal(elem_s)
-        m.d.sync += [s1_iy.eq(iy), s1_ix0.eq(ix0), s1_base.eq(tap.image_base), s1_off.eq(tap.j * rows),
-                     s1_pad.eq((iy < 0) | (iy >= g.in_h)),
-                     s1_left.eq(Mux(ix0 < 0, -ix0, 0)),
-                     s1_right.eq(Mux(g.in_w - ix0 < g.kw, g.in_w - ix0, g.kw))]
+        m.d.comb += [iy.eq(s1.oy_sh + s1_i - g.ph), ix0.eq(s1.ox_sw - g.pw)]
+        s2_iy, s2_ix0, s2_pad = Signal(coord_s), Signal(coord_s), Signal()
+        s2_left, s2_right = Signal(coord_s), Signal(coord_s)         # taps [left, right) are inside
+        m.d.sync += [s2_iy.eq(iy), s2_ix0.eq(ix0), s2_pad.eq((iy < 0) | (iy >= g.in_h)),
+                     s2_left.eq(Mux(ix0 < 0, -ix0, 0)),
+                     s2_right.eq(Mux(g.in_w - ix0 < g.kw, g.in_w - ix0, g.kw))]
+        s2_base, s2_off = delayed(m, s1_base, 1, "s2_base"), delayed(m, s1_off, 1, "s2_off")
 
-        # Stage 2: the row's first pixel, and the inside taps as tile rows.
-        s2_pixel, s2_off, s2_pad = Signal(signed(w.pixel + 1)), Signal(elem_s), Signal()
-        s2_lo, s2_hi = Signal(elem_s), Signal(elem_s)
-        m.d.sync += [s2_pixel.eq(s1_base + s1_iy * g.in_w + s1_ix0), s2_off.eq(s1_off), s2_pad.eq(s1_pad),
-                     s2_lo.eq(s1_left * g.in_cw - s1_off), s2_hi.eq(s1_right * g.in_cw - s1_off)]
+        # Stage 3: iy * in_w, and the inside taps' extent in elements.
+        s3_row = Signal(signed(w.pixel + 1))
+        s3_left, s3_right = Signal(elem_s), Signal(elem_s)
+        m.d.sync += [s3_row.eq(s2_iy * g.in_w), s3_left.eq(s2_left * g.in_cw), s3_right.eq(s2_right * g.in_cw)]
+        s3_ix0, s3_base, s3_off = (delayed(m, v, 1, n) for v, n in (
+            (s2_ix0, "s3_ix0"), (s2_base, "s3_base"), (s2_off, "s3_off")))
 
-        # Stage 3: the element address as word and lane; the bounds clamped to the rows.
+        # Stage 4: the row's first pixel, and the inside taps as tile rows.
+        s4_pixel, s4_lo, s4_hi = Signal(signed(w.pixel + 1)), Signal(elem_s), Signal(elem_s)
+        m.d.sync += [s4_pixel.eq(s3_base + s3_row + s3_ix0), s4_lo.eq(s3_left - s3_off),
+                     s4_hi.eq(s3_right - s3_off)]
+        s4_off = delayed(m, s3_off, 1, "s4_off")
+
+        # Stage 5: pixel * in_cw.
+        s5_elements = Signal(elem_s)
+        m.d.sync += s5_elements.eq(s4_pixel * g.in_cw)
+        s5_off, s5_lo, s5_hi = (delayed(m, v, 1, n) for v, n in ((s4_off, "s5_off"), (s4_lo, "s5_lo"), (s4_hi, "s5_hi")))
+        pad = delayed(m, s2_pad, 3, "s5_pad")
+
+        # Stage 6: the element address as word and lane; the bounds clamped to the rows.
         # (The guard words before a packed tensor keep the element of an inside kernel row
         # positive.)
         element = Signal(elem_s)
-        m.d.comb += element.eq(g.in_base * bank + s2_pixel * g.in_cw + s2_off)
+        m.d.comb += element.eq(g.in_base * bank + s5_elements + s5_off)
         word, lane = divmod_by_constant(m, element.as_unsigned()[:len(element) - 1], bank)
-        m.d.sync += [self.addr.eq(Mux(s2_pad, 0, word)), self.lane.eq(lane), self.pad.eq(s2_pad)]
-        for bound, value in ((self.row_lo, s2_lo), (self.row_hi, s2_hi)):
+        m.d.sync += [self.addr.eq(Mux(pad, 0, word)), self.lane.eq(lane), self.pad.eq(pad)]
+        for bound, value in ((self.row_lo, s5_lo), (self.row_hi, s5_hi)):
             m.d.sync += bound.eq(Mux(value < 0, 0, Mux(value > rows, rows, value)))
         return m
 
