@@ -1,5 +1,6 @@
 """The hardware requantizer against ``requantize_half_up``, exactly."""
 import numpy as np
+import pytest
 import torch
 
 from amaranth.lib import data
@@ -34,12 +35,33 @@ def test_requantizer_matches_semantics():
         zp = int(rng.integers(-128, 128))
         vectors.append((int(rng.integers(-2 ** 20, 2 ** 20)), int(rng.integers(2 ** 30, 2 ** 31)),
                         int(rng.integers(20, 40)), zp, max(-128, zp), 127))
-    def lane_input(a):                   # lane 1 sees the negation (which int32 cannot hold for -2**31)
-        return [a, -a if a > -(2 ** 31) else a]
+    _check_requantizer(vectors, 32)
+
+
+@pytest.mark.parametrize("acc_bits", [17, 24, 40])
+def test_requantizer_at_other_accumulator_widths(acc_bits):
+    """Accumulators of one, two and three 17-bit chunks (the DSP multipliers' operands),
+    with their extreme values (int32's beyond 32 bits, the semantics' limit), and the
+    largest shifts: a 17-bit accumulator's product is narrower than 2**(62-1), the
+    rounding constant, which the hardware once truncated to 0."""
+    rng = np.random.default_rng(acc_bits)
+    low, high = -(2 ** (min(acc_bits, 32) - 1)), 2 ** (min(acc_bits, 32) - 1) - 1
+    vectors = [(a, m, s, 0, -128, 127) for a in (low, high, -1, 0, 1) for m, s in ((2 ** 31 - 1, 62), (2 ** 30, 30))]
+    for _ in range(60):
+        vectors.append((int(rng.integers(low, high + 1)), int(rng.integers(2 ** 30, 2 ** 31)),
+                        int(rng.integers(1, 63)), int(rng.integers(-128, 128)), -128, 127))
+    _check_requantizer(vectors, acc_bits)
+
+
+def _check_requantizer(vectors, acc_bits):
+    lanes = 2
+
+    def lane_input(a):                   # lane 1 sees the negation (which int32 cannot hold for its minimum)
+        return [a, -a if a > -(2 ** (min(acc_bits, 32) - 1)) else a]
 
     expected = [[int(sem.requantize_half_up(np.array([x]), np.array([m]), np.array([s]), z, lo, hi)[0])
                  for x in lane_input(a)] for a, m, s, z, lo, hi in vectors]
-    dut = Requantizer(lanes, 32, 8, data.StructLayout({"id": 8}))
+    dut = Requantizer(lanes, acc_bits, 8, data.StructLayout({"id": 8}))
 
     async def bench(ctx):
         got = []

@@ -7,7 +7,7 @@ Implements ``requantize_half_up`` of :mod:`pytorch_ref.ir.integer_semantics`, la
 with the exact 64-bit product and an arithmetic shift (round half towards +infinity).
 ReLU is the clamp's lower bound.
 """
-from amaranth import Const, Module, Signal, signed, unsigned
+from amaranth import Const, Module, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -27,12 +27,28 @@ def requant_params_layout(lanes: int, data_bits: int) -> data.StructLayout:
     })
 
 
+#: Operand chunks that one signed 18x18 DSP multiplier takes: 17 bits unsigned, or 18 signed.
+CHUNK_BITS = 17
+
+
+def _chunks(value, width: int) -> list[tuple[object, int]]:
+    """``value`` (``width`` bits, signed) as ``(chunk, offset)`` pairs: unsigned chunks of
+    :data:`CHUNK_BITS` from the bottom, the top one signed and at most one bit wider."""
+    chunks, offset = [], 0
+    while width - offset > CHUNK_BITS + 1:
+        chunks.append((value[offset:offset + CHUNK_BITS], offset))
+        offset += CHUNK_BITS
+    chunks.append((value[offset:width].as_signed(), offset))
+    return chunks
+
+
 class Requantizer(wiring.Component):
     """``lanes`` int32 accumulators in, ``lanes`` int8 codes out, :attr:`LATENCY` cycles later.
 
-    Five pipeline stages, each short enough for the clock: two half products
-    (``acc x multiplier[15:0]`` and ``acc x multiplier[31:16]``, one DSP pair each), their
-    sum, the rounding constant, the arithmetic shift, then zero point and clamp.
+    Six pipeline stages, each short enough for the clock: the partial products of
+    17-bit chunks of the accumulator and the multiplier (one DSP multiplier each, its
+    result registered), their sums by accumulator chunk, the exact product, the rounding
+    constant, the arithmetic shift, then zero point and clamp.
 
     Members
     -------
@@ -40,7 +56,7 @@ class Requantizer(wiring.Component):
     ``i_acc``. ``i_tag`` is carried alongside (e.g. the destination address).
     o_valid, o_data, o_tag: Out, registered.
     """
-    LATENCY = 5
+    LATENCY = 6
 
     def __init__(self, lanes: int, accumulator_bits: int, data_bits: int, tag_layout):
         self._lanes, self._acc_bits = lanes, accumulator_bits
@@ -56,8 +72,8 @@ class Requantizer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        half_bits = MULTIPLIER_BITS // 2
         product_bits = self._acc_bits + MULTIPLIER_BITS
+        rounding_bits = max(product_bits - 1, sem.SHIFT_MAX)
         valid = delay_line(m, self.i_valid, self.LATENCY, "valid")
         tag = delay_line(m, self.i_tag, self.LATENCY, "tag")
         m.d.comb += [self.o_valid.eq(valid[-1]), self.o_tag.eq(tag[-1])]
@@ -66,25 +82,37 @@ class Requantizer(wiring.Component):
         clamp_min = delay_line(m, p.clamp_min, self.LATENCY - 1, "clamp_min")[-1]
         clamp_max = delay_line(m, p.clamp_max, self.LATENCY - 1, "clamp_max")[-1]
         for lane in range(self._lanes):
-            shift = delay_line(m, p.shift[lane], 3, f"shift{lane}")
-            multiplier = p.multiplier[lane].as_unsigned()
-            # 1: half products.
-            low = Signal(signed(self._acc_bits + half_bits + 1), name=f"low{lane}")
-            high = Signal(signed(self._acc_bits + half_bits), name=f"high{lane}")
-            m.d.sync += [low.eq(self.i_acc[lane] * multiplier[:half_bits]),
-                         high.eq(self.i_acc[lane] * multiplier[half_bits:].as_signed())]
-            # 2: the exact product.
+            shift = delay_line(m, p.shift[lane], 4, f"shift{lane}")
+            # 1: partial products, one DSP multiplier each.
+            acc_chunks = _chunks(Value.cast(self.i_acc[lane]), self._acc_bits)
+            mult_chunks = _chunks(Value.cast(p.multiplier[lane]), MULTIPLIER_BITS)
+            partial = []
+            for a, (acc_chunk, acc_at) in enumerate(acc_chunks):
+                row = []
+                for b, (mult_chunk, mult_at) in enumerate(mult_chunks):
+                    reg = Signal(signed(len(acc_chunk) + len(mult_chunk) + 1), name=f"partial{lane}_{a}_{b}")
+                    m.d.sync += reg.eq(acc_chunk * mult_chunk)
+                    row.append((reg, mult_at))
+                partial.append((row, acc_at))
+            # 2: the partial products of each accumulator chunk, summed.
+            sums = []
+            for a, (row, acc_at) in enumerate(partial):
+                total = Signal(signed(product_bits + 1), name=f"sum{lane}_{a}")
+                m.d.sync += total.eq(sum(reg << at for reg, at in row))
+                sums.append((total, acc_at))
+            # 3: the exact product.
             product = Signal(signed(product_bits), name=f"product{lane}")
-            m.d.sync += product.eq((high << half_bits) + low)
-            # 3: add 2**(shift-1), so that the shift rounds half up.
-            rounding = Signal(unsigned(product_bits - 1), name=f"half{lane}")
-            m.d.comb += rounding.eq(Const(1, product_bits - 1) << (shift[2] - 1)[:SHIFT_BITS])
-            biased = Signal(signed(product_bits + 1), name=f"biased{lane}")
+            m.d.sync += product.eq(sum(total << at for total, at in sums))
+            # 4: add 2**(shift-1), so that the shift rounds half up. (Wide enough for the
+            # largest shift even when the product is narrower: a narrow accumulator.)
+            rounding = Signal(unsigned(rounding_bits), name=f"half{lane}")
+            m.d.comb += rounding.eq(Const(1, rounding_bits) << (shift[3] - 1)[:SHIFT_BITS])
+            biased = Signal(signed(max(product_bits, rounding_bits) + 1), name=f"biased{lane}")
             m.d.sync += biased.eq(product + rounding)
-            # 4: arithmetic shift.
+            # 5: arithmetic shift.
             rounded = Signal(signed(product_bits), name=f"rounded{lane}")
-            m.d.sync += rounded.eq(biased >> shift[3])
-            # 5: zero point and clamp (ReLU is the lower bound).
+            m.d.sync += rounded.eq(biased >> shift[4])
+            # 6: zero point and clamp (ReLU is the lower bound).
             with_zp = Signal(signed(product_bits + 1), name=f"with_zp{lane}")
             m.d.comb += with_zp.eq(rounded + zero_point)
             out = self.o_data[lane]
