@@ -82,10 +82,10 @@ def test_trained_lenet_matches_reference(rows, cols, simulator, simulate_case):
 # that takes more than 2% over its figure fails, and so does one 2% under it: then the
 # figures here are out of date and must follow the new schedule.
 PINNED_OP_CYCLES = {
-    ("lenet", 8, 8): [12831, 1611, 26911, 268, 7311, 7087, 157],
-    ("lenet", 4, 8): [22427, 1611, 49947, 268, 14027, 13131, 277],
-    ("stem", 8, 8): [8223, 2315], ("stem", 4, 8): [14363, 2315],
-    ("dwsep", 8, 8): [2335, 543], ("dwsep", 4, 8): [4635, 1051],
+    ("lenet", 8, 8): [12836, 1615, 26916, 272, 7316, 7092, 162],
+    ("lenet", 4, 8): [22432, 1615, 49952, 272, 14032, 13136, 282],
+    ("stem", 8, 8): [8228, 2319], ("stem", 4, 8): [14368, 2319],
+    ("dwsep", 8, 8): [2340, 548], ("dwsep", 4, 8): [4640, 1056],
 }
 PINNED_TOLERANCE = 0.02
 
@@ -108,7 +108,7 @@ def test_pinned_cycle_check_fails_on_a_slower_op():
             self.results = [{"phases": [[int(c * (factor if i == 2 else 1)), 0] for i, c in enumerate(pinned)]}]
     check_pinned_cycles(("lenet", 8, 8), Report(1.0))
     check_pinned_cycles(("lenet", 8, 8), Report(1.019))
-    with pytest.raises(AssertionError, match="op 2: 27718 cycles"):
+    with pytest.raises(AssertionError, match="op 2: 27723 cycles"):
         check_pinned_cycles(("lenet", 8, 8), Report(1.03))
     with pytest.raises(AssertionError, match="update PINNED_OP_CYCLES"):
         check_pinned_cycles(("lenet", 8, 8), Report(0.97))
