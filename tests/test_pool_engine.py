@@ -78,19 +78,22 @@ def test_random_pool_op_matches_reference(seed):
     _check_pool_ops(program, layers, seed)
 
 
+def _same_conv(rng, name, c_in, c_out, k):
+    """A ``k x k`` convolution with "same" padding, small random weights and a
+    requantization that keeps the codes apart."""
+    return Conv2dLayer(name, rng.integers(-5, 6, (c_out, c_in, k, k)).astype(np.int8), np.zeros(c_out, np.int32),
+                       QuantParams(0.1, 0), QuantParams(0.1, 0),
+                       Requantization(np.full(c_out, 2 ** 30, np.int64), np.full(c_out, 40, np.int64), 0, -128),
+                       padding=(k // 2, k // 2))
+
+
 def _packed_program(rows, cols, channels, kernel, batch):
     """A 1x1 convolution to ``channels``, a pooling layer, then a 3x3 convolution that
     folds: the pool writes its output packed."""
     rng = np.random.default_rng(700 + rows * 10 + channels)
-
-    def conv(name, c_in, c_out, k):
-        return Conv2dLayer(name, rng.integers(-5, 6, (c_out, c_in, k, k)).astype(np.int8), np.zeros(c_out, np.int32),
-                           QuantParams(0.1, 0), QuantParams(0.1, 0),
-                           Requantization(np.full(c_out, 2 ** 30, np.int64), np.full(c_out, 40, np.int64), 0, -128),
-                           padding=(k // 2, k // 2))
     pool = MaxPool2dLayer("pool", kernel, (1, 2), (0, 1))
-    model = QuantizedModel("packed", (2, 4, 5), QuantParams(0.1, 0), (conv("c1", 2, channels, 1), pool,
-                                                                       conv("c2", channels, 3, 3)))
+    model = QuantizedModel("packed", (2, 4, 5), QuantParams(0.1, 0), (_same_conv(rng, "c1", 2, channels, 1), pool,
+                                                                       _same_conv(rng, "c2", channels, 3, 3)))
     program = lower(model, AcceleratorConfig(rows=rows, cols=cols, input_bus_bits=128), batch=batch)
     return program, (pool,)
 
@@ -114,14 +117,8 @@ def _row_read_program(rows, cols, channels, kernel, stride, padding, then_fold):
     """A 1x1 convolution to ``channels``, then a pooling layer with no horizontal
     padding, then (``then_fold``) a 3x3 convolution that folds, so the pool writes packed."""
     rng = np.random.default_rng(800 + rows * 10 + channels)
-
-    def conv(name, c_in, c_out, k):
-        return Conv2dLayer(name, rng.integers(-5, 6, (c_out, c_in, k, k)).astype(np.int8), np.zeros(c_out, np.int32),
-                           QuantParams(0.1, 0), QuantParams(0.1, 0),
-                           Requantization(np.full(c_out, 2 ** 30, np.int64), np.full(c_out, 40, np.int64), 0, -128),
-                           padding=(k // 2, k // 2))
     pool = MaxPool2dLayer("pool", kernel, stride, padding)
-    layers = (conv("c1", 2, channels, 1), pool) + ((conv("c2", channels, 3, 3),) if then_fold else ())
+    layers = (_same_conv(rng, "c1", 2, channels, 1), pool) + ((_same_conv(rng, "c2", channels, 3, 3),) if then_fold else ())
     model = QuantizedModel("rows", (2, 7, 9), QuantParams(0.1, 0), layers)
     program = lower(model, AcceleratorConfig(rows=rows, cols=cols, input_bus_bits=128), batch=2)
     return program, (pool,)
