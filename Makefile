@@ -17,6 +17,9 @@ ROWS    ?= 8
 COLS    ?= 8
 SIM     ?= verilator
 INPUTS  ?= 16
+# Weight widths per layer, e.g. `make sim WEIGHT_BITS=dense=4` (empty: 8 bits everywhere).
+WEIGHT_BITS ?=
+WEIGHT_BITS_ARG = $(if $(WEIGHT_BITS),--weight-bits '$(WEIGHT_BITS)')
 # Parallel pytest workers for `make test` (the cocotb cases build in their own directories).
 JOBS    ?= 2
 APT_PACKAGES := iverilog ghdl ccache
@@ -38,7 +41,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 sim: setup
-	$(PY) -m sim --model $(MODEL) --rows $(ROWS) --cols $(COLS) --simulator $(SIM) --inputs $(INPUTS)
+	$(PY) -m sim --model $(MODEL) --rows $(ROWS) --cols $(COLS) --simulator $(SIM) --inputs $(INPUTS) $(WEIGHT_BITS_ARG)
 
 test: setup
 	$(PY) -m pytest -q -n $(JOBS) -m "not slow" --durations=15
@@ -51,10 +54,10 @@ bench: setup
 	$(PY) -m sim.bench
 
 verilog: setup
-	$(PY) -m hdl verilog --model $(MODEL) --rows $(ROWS) --cols $(COLS) -o build/neural_network_accelerator.v
+	$(PY) -m hdl verilog --model $(MODEL) --rows $(ROWS) --cols $(COLS) $(WEIGHT_BITS_ARG) -o build/neural_network_accelerator.v
 
 vhdl: setup
-	$(PY) -m hdl vhdl --model $(MODEL) --rows $(ROWS) --cols $(COLS) -o build/neural_network_accelerator.vhd
+	$(PY) -m hdl vhdl --model $(MODEL) --rows $(ROWS) --cols $(COLS) $(WEIGHT_BITS_ARG) -o build/neural_network_accelerator.vhd
 
 # -Wall minus the warnings that Amaranth's Verilog raises by construction: operand widths
 # (WIDTH*), unused bits, one file for many modules, initialised regs, and FSM state

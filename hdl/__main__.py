@@ -17,6 +17,7 @@ import sys
 from hdl.build import build_top
 from hdl.config import AcceleratorConfig
 from hdl.writers import to_verilog, to_vhdl, write_atomically
+from pytorch_ref.frontends.precision import WEIGHT_BITS_HELP
 from pytorch_ref.ir.atomic_file import check_output_path
 from pytorch_ref.ir.serialize import load_model, save_model
 
@@ -24,13 +25,17 @@ DEFAULT_MODEL = "lenet"
 _MODEL_HELP = f"a shipped model of pytorch_ref.zoo.models, e.g. lenet or mlp (default {DEFAULT_MODEL}); needs torch"
 
 
-def shipped_model(parser: argparse.ArgumentParser, name: str):
-    """The quantized shipped model ``name`` (imports torch; trains on a cache miss)."""
+def shipped_model(parser: argparse.ArgumentParser, name: str, weight_bits: str | None = None):
+    """The quantized shipped model ``name``, its weights at ``weight_bits`` (imports torch;
+    trains on a cache miss)."""
     from pytorch_ref.zoo import models
     if name not in models.BUILDERS:
         parser.error(f"argument --model: invalid choice: {name!r} (choose from {', '.join(sorted(models.BUILDERS))})")
     from pytorch_ref.zoo.train import quantize_trained
-    return quantize_trained(name).quantized
+    try:
+        return quantize_trained(name, weight_bits=weight_bits).quantized
+    except (TypeError, ValueError) as error:
+        parser.error(str(error))
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -44,6 +49,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         source.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME", help=_MODEL_HELP)
         source.add_argument("--model-file", metavar="PATH",
                             help="a quantized model written by save-model or pytorch_ref.ir.serialize.save_model")
+        writer.add_argument("--weight-bits", metavar="SPEC", help=WEIGHT_BITS_HELP + " (with --model)")
         writer.add_argument("--rows", type=int, default=8)
         writer.add_argument("--cols", type=int, default=8)
         writer.add_argument("-o", "--output", required=True)
@@ -51,6 +57,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
                             help="generate a design over the on-chip memory limit (hdl.build.MEMORY_LIMIT_BITS)")
     saver = commands.add_parser("save-model", help="save a shipped model, quantized, for --model-file")
     saver.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME", help=_MODEL_HELP)
+    saver.add_argument("--weight-bits", metavar="SPEC", help=WEIGHT_BITS_HELP)
     saver.add_argument("-o", "--output", required=True, help="the .npz file to write")
     return parser, commands.choices
 
@@ -64,7 +71,7 @@ def main(argv=None) -> int:
     except ValueError as error:
         command.error(str(error))
     if args.command == "save-model":
-        model = shipped_model(command, args.model)
+        model = shipped_model(command, args.model, args.weight_bits)
         try:
             save_model(model, args.output)
         except (OSError, ValueError) as error:
@@ -76,12 +83,14 @@ def main(argv=None) -> int:
     except (TypeError, ValueError) as error:
         command.error(str(error))
     if args.model_file is not None:
+        if args.weight_bits is not None:
+            command.error("--weight-bits applies to --model; a --model-file keeps the widths it was saved with")
         try:
             model = load_model(args.model_file)
         except (OSError, ValueError) as error:
             command.error(str(error))
     else:
-        model = shipped_model(command, args.model)
+        model = shipped_model(command, args.model, args.weight_bits)
     try:
         top = build_top(model, config, allow_large=args.allow_large)
     except (TypeError, ValueError) as error:             # the model does not fit this configuration

@@ -12,6 +12,7 @@ from pathlib import Path
 from hdl.config import AcceleratorConfig
 from pytorch_ref.zoo.models import BUILDERS
 
+from pytorch_ref.frontends.precision import WEIGHT_BITS_HELP
 from sim.cases import trained_case
 from sim.report import print_report
 from sim.runner import SIMULATORS, simulate
@@ -26,6 +27,7 @@ def main(argv=None) -> int:
     parser.add_argument("--inputs", type=int, default=16, help="number of inputs to simulate")
     parser.add_argument("--seed", type=int, default=0, help="seed of the stream stalls")
     parser.add_argument("--build-dir", default="build/sim")
+    parser.add_argument("--weight-bits", default=None, metavar="SPEC", help=WEIGHT_BITS_HELP)
     args = parser.parse_args(argv)
     try:
         config = AcceleratorConfig(rows=args.rows, cols=args.cols)
@@ -41,7 +43,7 @@ def main(argv=None) -> int:
     print(f"[1/3] training or loading {args.model}, quantizing, compiling for a {args.rows}x{args.cols} array",
           flush=True)
     try:
-        case = trained_case(args.model, config, args.inputs)
+        case = trained_case(args.model, config, args.inputs, weight_bits=args.weight_bits)
     except ValueError as error:
         parser.error(str(error))
     print(f"[2/3] generating HDL and building with {args.simulator} in {build_dir}", flush=True)

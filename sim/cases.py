@@ -63,11 +63,13 @@ class TrainedCase(Case):
     accuracy: dict                   # float / int8 figures on the whole held-out split
 
 
-def trained_case(name: str, config: AcceleratorConfig, count: int, log=print, batch: int = 1) -> TrainedCase:
-    """A shipped model, trained (or loaded from the cache), quantized, with its first
+def trained_case(name: str, config: AcceleratorConfig, count: int, log=print, batch: int = 1,
+                 weight_bits=None) -> TrainedCase:
+    """A shipped model, trained (or loaded from the cache), quantized with weights of
+    ``weight_bits`` (see :mod:`pytorch_ref.frontends.precision`), with its first
     ``count`` held-out inputs (``count // batch`` inferences)."""
     from pytorch_ref.zoo.train import accuracy_report, quantize_trained
-    compiled = quantize_trained(name, log=log)
+    compiled = quantize_trained(name, log=log, weight_bits=weight_bits)
     codes = compiled.x_codes[:count]
     if len(codes) < count:
         raise ValueError(f"{name} has only {len(compiled.x_codes)} held-out inputs, not {count}")

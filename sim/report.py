@@ -28,21 +28,25 @@ def layer_table(case: Case, report: SimulationReport) -> list[dict]:
         macs = op.macs if isinstance(op, GemmOp) else 0
         bound = tiling_bound(op)
         rows.append({"layer": name, "kind": type(op).__name__ if op else "io", "macs": macs,
+                     "weight_bits": op.weight_bits if isinstance(op, GemmOp) else None,
                      "cycles": cycles, "busy": busy, "utilization": macs / (pes * cycles) if cycles else 0.0,
                      "tiling_bound": bound, "efficiency": bound / cycles if bound and cycles else None})
     return rows
 
 
 def print_layer_table(rows: list[dict], pes: int):
-    print(f"\n{'layer':<16} {'MACs':>9} {'cycles':>9} {'utilization':>11} {'tiling bound':>12} {'efficiency':>10}")
+    print(f"\n{'layer':<16} {'w bits':>6} {'MACs':>9} {'cycles':>9} {'utilization':>11} {'tiling bound':>12} "
+          f"{'efficiency':>10}")
     for r in rows:
         eff = f"{r['efficiency']:.3f}" if r["efficiency"] is not None else "-"
         bound = str(r["tiling_bound"]) if r["tiling_bound"] else "-"
-        print(f"{r['layer']:<16} {r['macs']:>9} {r['cycles']:>9.0f} {r['utilization']:>10.1%} {bound:>12} {eff:>10}")
+        wbits = str(r["weight_bits"]) if r.get("weight_bits") else "-"
+        print(f"{r['layer']:<16} {wbits:>6} {r['macs']:>9} {r['cycles']:>9.0f} {r['utilization']:>10.1%} {bound:>12} "
+              f"{eff:>10}")
     macs = sum(r["macs"] for r in rows)
     cycles = sum(r["cycles"] for r in rows)
     bound = sum(r["tiling_bound"] for r in rows)
-    print(f"{'total':<16} {macs:>9} {cycles:>9.0f} {macs / (pes * cycles):>10.1%} {bound:>12} {bound / cycles:>10.3f}")
+    print(f"{'total':<16} {'':>6} {macs:>9} {cycles:>9.0f} {macs / (pes * cycles):>10.1%} {bound:>12} {bound / cycles:>10.3f}")
 
 
 def print_report(case: Case, report: SimulationReport):
@@ -75,15 +79,18 @@ def print_report(case: Case, report: SimulationReport):
     print(f"simulated {report.sim_cycles:.0f} cycles in {report.wall_seconds:.2f} s: "
           f"{report.cycles_per_second:,.0f} cycles/s on {report.simulator} "
           f"(HDL generation and build: {report.build_seconds:.1f} s)")
+    program = case.program
+    print(f"weight memory: {program.memory_bits['weights']:,} bits for {program.weight_payload_bits:,} bits of "
+          f"weights ({program.weight_padding:.1%} padding), widths {', '.join(map(str, program.weight_formats))}")
     labels = getattr(case, "labels", None)
     accuracy = getattr(case, "accuracy", None)
     if accuracy and "float_accuracy" in accuracy:
         n = accuracy["samples"]
         print(f"\naccuracy on the {n} held-out samples: float {accuracy['float_accuracy']:.2%}, "
-              f"int8 reference {accuracy['int8_accuracy']:.2%}")
+              f"integer reference {accuracy['int8_accuracy']:.2%}")
     if labels is not None and case.program.is_classifier:
         hw = [int(np.argmax(r["output"])) for r in report.results]
         ref = [int(np.argmax(e)) for e in case.expected]
         n = len(labels)
         print(f"on the {n} simulated held-out samples: hardware {np.mean(np.equal(hw, labels)):.2%}, "
-              f"int8 reference {np.mean(np.equal(ref, labels)):.2%}")
+              f"integer reference {np.mean(np.equal(ref, labels)):.2%}")

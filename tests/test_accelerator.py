@@ -78,6 +78,38 @@ def test_trained_lenet_matches_reference(rows, cols, simulator, simulate_case):
     check_pinned_cycles(("lenet", rows, cols), report)
 
 
+#: Every packing of the weight memory at once: 8 bits (one tile a word), 4 and 3 bits (two),
+#: 2 bits (four), on LeNet's layers.
+MIXED_WIDTHS = "0.Conv2d=8,conv=4,9.Linear=2,11.Linear=3"
+
+
+@pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=pytest.mark.slow),
+                                       pytest.param("ghdl", marks=pytest.mark.slow)])
+def test_mixed_width_lenet_matches_reference(simulator, simulate_case):
+    """The trained LeNet with 8-, 4-, 3- and 2-bit layers, exact under random stalls, in
+    the same cycles as with 8-bit weights (the widths only change the weight memory)."""
+    case = trained_case("lenet", AcceleratorConfig(), count=1, log=lambda *a: None, weight_bits=MIXED_WIDTHS)
+    assert [op.weight_bits for op in case.program.gemm_ops] == [8, 4, 4, 2, 3]
+    assert case.program.weight_formats == (2, 3, 4, 8)
+    report = simulate_case(case, simulator, seed=5)
+    check_phase_cycles(case, report)
+    check_pinned_cycles(("lenet", 8, 8), report)
+
+
+@pytest.mark.parametrize("simulator", ["icarus", "ghdl"])
+def test_mixed_width_cnn_matches_reference(simulator, simulate_case):
+    """A small CNN with 2-, 4- and 6-bit layers on Icarus (Verilog) and GHDL (VHDL),
+    exact under random stalls; a fast stand-in for the mixed LeNet there."""
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 5, 3),
+                          nn.ReLU(), nn.Flatten(), nn.Linear(20, 7)).eval()
+    quantized = quantize_model(model, torch.randn(64, 2, 8, 8), name="mixed",
+                               weight_bits={"0.Conv2d": 2, "3.Conv2d": 4, "6.Linear": 6})
+    case = make_case(quantized, AcceleratorConfig(rows=4, cols=4), torch.randn(2, 2, 8, 8))
+    assert case.program.weight_formats == (2, 4, 6)
+    simulate_case(case, simulator, seed=9)
+
+
 # Measured cycles of each op (hardware counters; `make sim` prints them per layer). An op
 # that takes more than 2% over its figure fails, and so does one 2% under it: then the
 # figures here are out of date and must follow the new schedule.

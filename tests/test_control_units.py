@@ -274,7 +274,7 @@ def test_op_table_holds_each_ops_constants():
                         "nt_count": op.n_tiles,
                         "block": op.block, "pixels": op.dest.images * op.dest.height * op.dest.width,
                         "out_cw": op.dest.words_per_pixel, "out_base": op.dest.base,
-                        "w_base": op.weight_base, "p_base": op.param_base}
+                        "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base}
                 assert _as_dict(ctx.get(dut.gemm)) == want, op.name
                 assert ctx.get(dut.zero_point) == op.input_zero_point
             else:

@@ -22,6 +22,7 @@ from hdl.compiler.widths import Widths, bits_for
 from hdl.config import AcceleratorConfig
 from hdl.gateware.gemm_engine import GemmEngine
 from hdl.gateware.step_generator import StepGenerator, gemm_params, gemm_params_layout
+from hdl.compiler import weight_packing
 from hdl.gateware.weight_memory import WeightMemory
 from hdl.host import pack_input
 from pytorch_ref.ir import integer_semantics as sem
@@ -66,6 +67,57 @@ def test_weight_memory_delivers_tiles_in_diagonal_skew(rows, cols, tiles, seed):
 
     run_bench(dut, bench)
     assert len(checked) == cycles - fill
+
+
+@pytest.mark.parametrize("rows, cols, formats, seed", [(2, 3, (8, 4, 2), 0), (3, 2, (2, 3, 5), 1), (1, 1, (4,), 2),
+                                                       (4, 4, (7, 8, 4, 2, 6), 3)])
+def test_weight_memory_unpacks_mixed_widths(rows, cols, formats, seed):
+    """Regions of ``b``-bit tiles packed as the lowering packs them; random tile addresses
+    and widths every cycle, each PE checked against the tile before packing."""
+    rng = np.random.default_rng(seed)
+    regions, words = [], []                      # (bits, first tile address, tiles)
+    for bits in formats:
+        low, high = sem.weight_range(bits)
+        tiles = rng.integers(low, high + 1, (int(rng.integers(1, 9)), rows, cols))
+        tiles[0, 0, 0], tiles[-1, -1, -1] = low, high
+        regions.append((bits, weight_packing.tile_address(sum(map(len, words)), bits), tiles))
+        words.append(weight_packing.pack_tiles(tiles, bits))
+    words = np.concatenate(words)
+    addr_bits = bits_for(max(base + len(tiles) for _, base, tiles in regions))
+    dut = WeightMemory(words, addr_bits, formats)
+    cycles = 100
+    picks = [(regions[k], int(rng.integers(0, len(regions[k][2])))) for k in rng.integers(0, len(regions), cycles)]
+    fill = rows + cols - 2 + WeightMemory.LATENCY
+    checked = []
+
+    async def bench(ctx):
+        for n, ((bits, base, _), index) in enumerate(picks):
+            ctx.set(dut.addr, base + index)
+            ctx.set(dut.bits, bits)
+            seen = ctx.get(dut.weights)
+            if n >= fill:
+                for r in range(rows):
+                    for c in range(cols):
+                        (_, _, tiles), index = picks[n - (r + c + WeightMemory.LATENCY)]
+                        assert int(seen[r][c]) == int(tiles[index, r, c]), (n, r, c)
+                checked.append(n)
+            await ctx.tick()
+
+    run_bench(dut, bench)
+    assert len(checked) == cycles - fill
+
+
+def test_packing_round_trips_and_refuses_wide_codes():
+    rng = np.random.default_rng(7)
+    for bits in range(2, 9):
+        low, high = sem.weight_range(bits)
+        tiles = rng.integers(low, high + 1, (9, 3, 2))
+        words = weight_packing.pack_tiles(tiles, bits)
+        assert len(words) == -(-9 // weight_packing.tiles_per_word(bits))
+        assert all((weight_packing.unpack_tile(words, t, bits) == tiles[t]).all() for t in range(9))
+    assert [weight_packing.tiles_per_word(b) for b in range(2, 9)] == [4, 2, 2, 1, 1, 1, 1]
+    with pytest.raises(ValueError, match=r"^4-bit weights must be in \[-8, 7\], not \[-9, 0\]$"):
+        weight_packing.pack_tiles(np.array([[[-9, 0]]]), 4)
 
 
 def test_weight_memory_rejects_empty_or_flat_tiles():

@@ -67,7 +67,7 @@ def test_program_numbers_of_a_small_cnn():
     # while the next pixel's 2 reads run.
     assert pooling.taps_per_read == 2 and pooling.read_words == 4
     assert (pooling.dest.height, pooling.dest.width, pooling.steps) == (4, 4, 16 * 1 * 2)
-    assert program.weight_tiles.shape == (2 * 9, 4, 4)
+    assert program.weight_words.shape == (2 * 9, 4, 4)
     # Ping-pong: the pooling op reads where the convolution wrote.
     assert pooling.source == gemm.dest and gemm.source == program.input and program.output == pooling.dest
     assert sem.ACTIVATION_MIN <= program.clamp_min.min()

@@ -16,7 +16,7 @@ from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLaye
                                             QuantParams, Requantization)
 from tests.component_sim import random_array, run_bench
 
-STEP_FIELDS = ("act_addr", "lane", "row_lo", "row_hi", "pad", "w_addr", "first", "last", "acc_addr", "p_addr",
+STEP_FIELDS = ("act_addr", "lane", "row_lo", "row_hi", "pad", "w_addr", "w_bits", "first", "last", "acc_addr", "p_addr",
                "out_addr", "out_group")
 
 
@@ -41,7 +41,7 @@ def _tight_widths(g) -> Widths:
     coords = [g[k] for k in ("in_h", "in_w", "in_cw", "kh", "kw", "sh", "sw", "ph", "pw", "out_h", "out_w")]
     pixels = [g["images"] * g["in_pixels"], g["images"] * g["out_h"] * g["out_w"]]
     words = g["in_base"] + g["images"] * g["in_pixels"] * g["in_cw"]
-    return Widths(act_addr=bits_for(words), weight_addr=4, param_addr=4, coord=bits_for(max(coords)) + 1,
+    return Widths(act_addr=bits_for(words), weight_addr=4, weight_word=4, param_addr=4, coord=bits_for(max(coords)) + 1,
                   pixel=bits_for(max(pixels)) + 1, acc_addr=4, tile=4)
 
 
@@ -211,7 +211,7 @@ def expected_steps(op, config):
                         oy, ox = divmod(rest, dst.width)
                         steps.append({
                             **read(op, config, image, oy, ox, i, tap),
-                            "w_addr": op.weight_base + nt * op.k_tiles + kt,
+                            "w_addr": op.weight_base + nt * op.k_tiles + kt, "w_bits": op.weight_bits,
                             "first": int(kt == 0), "last": int(kt == op.k_tiles - 1),
                             "acc_addr": slot, "p_addr": op.param_base + nt,
                             "out_addr": dst.base + pixel * dst.words_per_pixel + (nt * config.cols) // bank,
@@ -244,7 +244,7 @@ def _check_weight_tiles(program, model, op, steps):
     n_out, c_in = kernel.shape[:2]
     for step in steps:
         nt, i, tap = step["_tile"]
-        tile = program.weight_tiles[step["w_addr"]]
+        tile = program.weight_tile(step["w_addr"], op.weight_bits)
         for r in range(cfg.rows):
             if op.folded:
                 j, ch = divmod(tap * cfg.rows + r, c_in)

@@ -51,6 +51,7 @@ Schedule of a GEMM op (this order is what the hardware step generator produces):
             step(...)
 
 Weight tile ``(nt, i, j, ct)`` holds ``w[nt*cols + c, ct*rows + r, i, j]`` at PE ``(r, c)``.
+A layer's tiles are packed at its weight width (:mod:`hdl.compiler.weight_packing`).
 The zero point of the input is folded into the bias: ``bias_eff = bias - zp * sum(w)``;
 padding taps read the zero point, so they add ``zp * w`` that the fold removes.
 """
@@ -65,6 +66,7 @@ import numpy as np
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                                          QuantizedModel)
 
+from hdl.compiler import weight_packing
 from hdl.config import AcceleratorConfig
 from pytorch_ref.ir import integer_semantics as sem
 
@@ -142,12 +144,13 @@ class GemmOp(WindowOp):
     channel_tiles: int          # ceil(C_in / rows)
     n_tiles: int                # ceil(C_out / cols)
     block: int                  # output pixels per accumulator pass
-    weight_base: int            # first weight tile
+    weight_base: int            # tile address of the first weight tile (see weight_packing)
     param_base: int             # first parameter word (one per n tile)
     input_zero_point: int
     macs: int                   # useful multiply-accumulates (real fan-in x outputs)
     accumulator_bits_needed: int = 0   # proven bound of this layer's sums (see check_accumulator)
     row_tiles: int = 0          # folded: tiles of ``rows`` elements per kernel row; 0: not folded
+    weight_bits: int = 8        # width of the layer's weight codes, packed in its words
 
     @property
     def folded(self) -> bool:
@@ -209,7 +212,7 @@ class Program:
     output_shape: tuple[int, ...]
     activation_words: int
     batch: int                        # inputs per inference (one after the other in memory)
-    weight_tiles: np.ndarray          # int8 [tiles, rows, cols]
+    weight_words: np.ndarray          # int8 [words, rows, cols] lane bytes (see weight_packing)
     bias: np.ndarray                  # int64 [param words, cols]   (zero point folded in)
     multiplier: np.ndarray            # int64 [param words, cols]
     shift: np.ndarray                 # int64 [param words, cols]
@@ -219,17 +222,33 @@ class Program:
     layer_names: list[str] = field(default_factory=list)
     input_shape: tuple[int, ...] = ()            # one image, as the model takes it
     input_stacking: RowStacking | None = None    # how the host stacks it into ``input``
+    weight_payload_bits: int = 0      # bits of the model's own weight codes (no padding)
 
     @property
     def gemm_ops(self) -> list[GemmOp]:
         return [op for op in self.ops if isinstance(op, GemmOp)]
 
     @property
+    def weight_formats(self) -> tuple[int, ...]:
+        """The weight widths of the program's ops, in increasing order."""
+        return tuple(sorted({op.weight_bits for op in self.gemm_ops}))
+
+    def weight_tile(self, address: int, bits: int) -> np.ndarray:
+        """The ``[rows, cols]`` codes of the ``bits``-bit tile at tile ``address``."""
+        return weight_packing.unpack_tile(self.weight_words, address, bits)
+
+    @property
+    def weight_padding(self) -> float:
+        """The share of weight-memory bits that hold no weight of the model: tiles'
+        padding, unused slots of packed words, and lanes wider than the weights."""
+        return 1 - self.weight_payload_bits / self.memory_bits["weights"]
+
+    @property
     def memory_bits(self) -> dict[str, int]:
         """On-chip memory of the generated design, in bits, by memory."""
         cfg = self.config
         params = len(self.bias)
-        return {"weights": int(self.weight_tiles.size) * cfg.data_bits,
+        return {"weights": int(self.weight_words.size) * weight_packing.LANE_BITS,
                 "activations": self.activation_words * cfg.bank_width * cfg.data_bits,
                 "accumulators": cfg.accumulator_depth * cfg.cols * cfg.accumulator_bits,
                 "biases": params * cfg.cols * cfg.accumulator_bits,
@@ -271,7 +290,7 @@ class _Lowering:
     def __init__(self, model: QuantizedModel, config: AcceleratorConfig, batch: int, stack_input_rows: bool):
         self.model, self.config, self.batch = model, config, batch
         self.ops = []
-        self.tiles, self.params = [], []
+        self.words, self.params = [], []
         self.stacking = self.row_stacking(model.layers[0], model.shapes[0]) if stack_input_rows else None
 
     def placement(self, shape, base: int) -> TensorPlacement:
@@ -317,10 +336,12 @@ class _Lowering:
         return Program(config=cfg, model_name=model.name, ops=self.ops, input=placed[0][0],
                        output=current, output_shape=model.output_shape, activation_words=max(top, 1),
                        batch=self.batch,
-                       weight_tiles=np.array(self.tiles, dtype=np.int8).reshape(-1, cfg.rows, cfg.cols),
+                       weight_words=np.concatenate(self.words),
                        bias=bias, multiplier=mult, shift=shift, zero_point=zp, clamp_min=cmin,
                        clamp_max=cmax, layer_names=[op.name for op in self.ops],
-                       input_shape=tuple(model.shapes[0]), input_stacking=self.stacking)
+                       input_shape=tuple(model.shapes[0]), input_stacking=self.stacking,
+                       weight_payload_bits=sum(layer.weight.size * layer.weight_bits
+                                               for layer in model.weighted_layers))
 
     def region(self, t: int) -> tuple[TensorPlacement, int]:
         """Tensor ``t`` placed from word 0, and the words its region takes. It is packed
@@ -412,7 +433,7 @@ class _Lowering:
         n_out, c_in, kh, kw = kernel.shape
         kernel = kernel.astype(np.int64)
         ct_count, nt_count = _ceil_div(c_in, rows), _ceil_div(n_out, cols)
-        weight_base, param_base = len(self.tiles), len(self.params)
+        param_base, tiles = len(self.params), []
         padded = np.zeros((nt_count * cols, ct_count * rows, kh, kw), dtype=np.int64)
         padded[:n_out, :c_in] = kernel
         row_tiles = _ceil_div(kw * c_in, rows) if source.packed_lanes else 0
@@ -423,14 +444,16 @@ class _Lowering:
             for nt in range(nt_count):
                 for i in range(kh):
                     for t in range(row_tiles):
-                        self.tiles.append(rowwise[nt * cols:(nt + 1) * cols, i, t * rows:(t + 1) * rows].T)
+                        tiles.append(rowwise[nt * cols:(nt + 1) * cols, i, t * rows:(t + 1) * rows].T)
         else:
             for nt in range(nt_count):
                 for i in range(kh):
                     for j in range(kw):
                         for ct in range(ct_count):
                             tile = padded[nt * cols:(nt + 1) * cols, ct * rows:(ct + 1) * rows, i, j]
-                            self.tiles.append(tile.T)                     # [rows, cols]
+                            tiles.append(tile.T)                          # [rows, cols]
+        weight_base = weight_packing.tile_address(sum(len(w) for w in self.words), layer.weight_bits)
+        self.words.append(weight_packing.pack_tiles(np.array(tiles), layer.weight_bits))
         zp_in = layer.input_quant.zero_point
         rq = layer.requant
         bias_eff = layer.bias.astype(np.int64) - zp_in * kernel.reshape(n_out, -1).sum(axis=1)
@@ -446,7 +469,7 @@ class _Lowering:
         macs = pixels * layer.out_features * layer.fan_in
         return GemmOp(layer.name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
                       min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs, need,
-                      row_tiles)
+                      row_tiles, layer.weight_bits)
 
     def check_accumulator(self, name: str, kernel: np.ndarray, bias: np.ndarray):
         """Prove that no int8 input overflows the accumulators. The hardware adds raw codes

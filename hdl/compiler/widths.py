@@ -14,7 +14,8 @@ def bits_for(value: int) -> int:
 @dataclass(frozen=True)
 class Widths:
     act_addr: int        # activation memory address
-    weight_addr: int     # weight tile address
+    weight_addr: int     # weight tile address (see weight_packing)
+    weight_word: int     # weight memory word address
     param_addr: int      # parameter word address
     coord: int           # unsigned pixel coordinate / extent / kernel / stride / padding
     pixel: int           # pixel index within a tensor
@@ -34,7 +35,8 @@ class Widths:
                 coords.append(op.taps_per_row)
                 tiles += [op.channel_tiles, op.n_tiles, op.k_tiles, op.block]
         return cls(act_addr=bits_for(program.activation_words),
-                   weight_addr=bits_for(max(1, len(program.weight_tiles))),
+                   weight_addr=bits_for(max(op.weight_base + op.n_tiles * op.k_tiles - 1 for op in program.gemm_ops)),
+                   weight_word=bits_for(len(program.weight_words) - 1),
                    param_addr=bits_for(max(1, len(program.bias))),
                    coord=bits_for(max(coords)) + 1,
                    pixel=bits_for(max(pixels)) + 1,

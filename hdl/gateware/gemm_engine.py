@@ -122,8 +122,9 @@ class GemmEngine(wiring.Component):
 
         # Weights: diagonal d's weight must be there when the vector reaches PE (r, c),
         # d = r + c cycles after it entered the array at t + INPUT_LATENCY.
-        m.submodules.weights = weights = WeightMemory(prog.weight_tiles, w.weight_addr)
-        m.d.comb += weights.addr.eq(delayed(m, step.w_addr, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_addr"))
+        m.submodules.weights = weights = WeightMemory(prog.weight_words, w.weight_addr, prog.weight_formats)
+        m.d.comb += [weights.addr.eq(delayed(m, step.w_addr, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_addr")),
+                     weights.bits.eq(delayed(m, step.w_bits, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_bits"))]
 
         m.submodules.array = array = SystolicArray(rows, cols, bits, cfg.accumulator_bits)
         m.d.comb += [array.x.eq(x_reg), array.weights.eq(weights.weights)]

@@ -24,6 +24,7 @@ from hdl.compiler.program import GemmOp
 from hdl.compiler.widths import Widths, bits_for
 from hdl.config import AcceleratorConfig
 from hdl.gateware.pipeline import delay_line, delayed
+from hdl.gateware.weight_memory import WEIGHT_BITS_SHAPE
 from hdl.gateware.window import FoldedWindowAddress, WindowAddress, window_layout, window_params
 
 
@@ -35,7 +36,7 @@ def gemm_params_layout(w: Widths) -> data.StructLayout:
         "folded": 1, "taps_w": coord,        # taps_w: kernel width, or tiles of a folded row
         "ct_count": tile, "k_tiles": tile, "nt_count": tile, "block": tile,
         "pixels": unsigned(w.pixel), "out_cw": coord, "out_base": unsigned(w.act_addr),
-        "w_base": unsigned(w.weight_addr), "p_base": unsigned(w.param_addr),
+        "w_base": unsigned(w.weight_addr), "w_bits": WEIGHT_BITS_SHAPE, "p_base": unsigned(w.param_addr),
     })
 
 
@@ -45,7 +46,7 @@ def gemm_params(op: GemmOp) -> dict:
             "folded": int(op.folded), "taps_w": op.row_tiles if op.folded else op.kernel[1],
             "ct_count": 1 if op.folded else op.channel_tiles, "k_tiles": op.k_tiles, "nt_count": op.n_tiles,
             "block": op.block, "pixels": op.pixels, "out_cw": op.dest.words_per_pixel,
-            "out_base": op.dest.base, "w_base": op.weight_base, "p_base": op.param_base}
+            "out_base": op.dest.base, "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base}
 
 
 def step_layout(w: Widths, cfg: AcceleratorConfig) -> data.StructLayout:
@@ -58,7 +59,7 @@ def step_layout(w: Widths, cfg: AcceleratorConfig) -> data.StructLayout:
     return data.StructLayout({
         "act_addr": unsigned(w.act_addr), "lane": range(cfg.bank_width), "pad": 1,
         "row_lo": range(cfg.rows + 1), "row_hi": range(cfg.rows + 1),
-        "w_addr": unsigned(w.weight_addr),
+        "w_addr": unsigned(w.weight_addr), "w_bits": WEIGHT_BITS_SHAPE,
         "first": 1, "last": 1,
         "acc_addr": unsigned(w.acc_addr),
         "p_addr": unsigned(w.param_addr),
@@ -211,7 +212,7 @@ class StepGenerator(wiring.Component):
         m.d.sync += [
             s0_valid.eq(n.running),
             s0.lane.eq(n.ct_group * rows), s0.row_lo.eq(0), s0.row_hi.eq(rows),
-            s0.w_addr.eq(n.w_nt_base + n.kt),
+            s0.w_addr.eq(n.w_nt_base + n.kt), s0.w_bits.eq(p.w_bits),
             s0.first.eq(n.kt == 0), s0.last.eq(n.end_of_k), s0.acc_addr.eq(n.cnt),
             s0.p_addr.eq(p.p_base + n.nt), s0.out_group.eq(n.nt_group),
             window.tap.oy.eq(n.oy), window.tap.ox.eq(n.ox), window.tap.i.eq(n.i), window.tap.j.eq(n.j),

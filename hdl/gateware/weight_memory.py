@@ -13,6 +13,8 @@ from amaranth import Module, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from hdl.compiler.weight_packing import LANE_BITS, tiles_per_word, word_shift
+
 
 def _pack_lanes(lanes: np.ndarray, bits: int) -> list[int]:
     """``[words, lanes]`` signed values to words, lane 0 in the least significant bits."""
@@ -27,15 +29,25 @@ def diagonal_members(rows: int, cols: int, d: int) -> list[tuple[int, int]]:
     return [(r, d - r) for r in range(rows) if 0 <= d - r < cols]
 
 
+#: Shape of a weight width (2 to 8) carried with addresses.
+WEIGHT_BITS_SHAPE = unsigned(4)
+
+
 class WeightMemory(wiring.Component):
-    """ROM of weight tiles ``[tiles, rows, cols]`` delivered in diagonal skew.
+    """ROM of weight words ``[words, rows, cols]`` delivered in diagonal skew.
+
+    A word holds one byte per PE; a layer of ``b``-bit weights packs
+    ``tiles_per_word(b)`` tiles in it (:mod:`hdl.compiler.weight_packing`). The tile
+    address ``addr`` and its width ``bits`` become the word (a shift, before the read)
+    and the slot (a field of each lane, sign-extended after it). A ROM of 8-bit weights
+    only has none of that logic.
 
     Each PE's weight is re-registered after the ROM's read port, so the long route from
     a block RAM to PEs spread over the array gets a cycle of its own.
 
     Members
     -------
-    addr: In, a tile address.
+    addr: In, a tile address; bits: In, its weights' width (one of ``formats``).
     weights: Out, ``rows x cols``; PE ``(r, c)``'s weight is that of the tile given at
     ``addr`` ``r + c + LATENCY`` cycles before.
     """
@@ -43,32 +55,65 @@ class WeightMemory(wiring.Component):
     #: ROM read plus the per-PE register.
     LATENCY = 2
 
-    def __init__(self, tiles: np.ndarray, addr_bits: int, data_bits: int = 8):
-        self._tiles = np.asarray(tiles)
-        if self._tiles.ndim != 3 or len(self._tiles) == 0:
-            raise ValueError(f"tiles must be a non-empty [tiles, rows, cols] array, not shape {self._tiles.shape}")
-        _, self._rows, self._cols = self._tiles.shape
-        self._data_bits = data_bits
+    def __init__(self, words: np.ndarray, addr_bits: int, formats: tuple[int, ...] = (8,)):
+        self._words = np.asarray(words)
+        if self._words.ndim != 3 or len(self._words) == 0:
+            raise ValueError(f"words must be a non-empty [words, rows, cols] array, not shape {self._words.shape}")
+        if not formats or any(not 2 <= b <= LANE_BITS for b in formats):
+            raise ValueError(f"formats must be weight widths in [2, {LANE_BITS}], not {formats!r}")
+        _, self._rows, self._cols = self._words.shape
+        self._formats = tuple(sorted(set(formats)))
         super().__init__({
             "addr": In(unsigned(addr_bits)),
-            "weights": Out(data.ArrayLayout(data.ArrayLayout(signed(data_bits), self._cols), self._rows)),
+            "bits": In(WEIGHT_BITS_SHAPE),
+            "weights": Out(data.ArrayLayout(data.ArrayLayout(signed(LANE_BITS), self._cols), self._rows)),
         })
+
+    @property
+    def packed(self) -> bool:
+        """Whether any layer's weights share words (are narrower than a lane)."""
+        return self._formats != (LANE_BITS,)
 
     def elaborate(self, platform):
         m = Module()
-        rows, cols, bits = self._rows, self._cols, self._data_bits
-        addr = self.addr
+        rows, cols = self._rows, self._cols
+        word = Signal(range(len(self._words)), name="word_diag0")
+        slot = Signal(2, name="slot_diag0")                 # at most 4 tiles a word
+        bits = Signal.like(self.bits, name="bits_diag0")
+        if self.packed:
+            m.d.comb += bits.eq(self.bits)
+            with m.Switch(self.bits):
+                for b in self._formats:
+                    with m.Case(b):
+                        m.d.comb += [word.eq(self.addr >> word_shift(b)),
+                                     slot.eq(self.addr & (tiles_per_word(b) - 1))]
+        else:
+            m.d.comb += word.eq(self.addr)
         for d in range(rows + cols - 1):
             members = diagonal_members(rows, cols, d)
-            init = _pack_lanes(self._tiles[:, [r for r, _ in members], [c for _, c in members]], bits)
+            init = _pack_lanes(self._words[:, [r for r, _ in members], [c for _, c in members]], LANE_BITS)
             # Raw words (lanes packed little-endian) initialise much faster than views.
-            bank = memory.Memory(shape=unsigned(bits * len(members)), depth=len(self._tiles), init=init)
+            bank = memory.Memory(shape=unsigned(LANE_BITS * len(members)), depth=len(self._words), init=init)
             m.submodules[f"bank{d}"] = bank
             read = bank.read_port()
-            m.d.comb += read.addr.eq(addr)
+            m.d.comb += read.addr.eq(word)
+            # The slot and width of the word being read, beside its data.
+            read_slot, read_bits = Signal.like(slot, name=f"read_slot{d}"), Signal.like(bits, name=f"read_bits{d}")
+            m.d.sync += [read_slot.eq(slot), read_bits.eq(bits)]
             for index, (r, c) in enumerate(members):
-                m.d.sync += self.weights[r][c].eq(read.data[index * bits:(index + 1) * bits].as_signed())
-            next_addr = Signal.like(addr, name=f"addr_diag{d + 1}")
-            m.d.sync += next_addr.eq(addr)
-            addr = next_addr
+                lane = read.data[index * LANE_BITS:(index + 1) * LANE_BITS]
+                if not self.packed:
+                    m.d.sync += self.weights[r][c].eq(lane.as_signed())
+                    continue
+                with m.Switch(read_bits):
+                    for b in self._formats:
+                        with m.Case(b):
+                            with m.Switch(read_slot):
+                                for s in range(tiles_per_word(b)):
+                                    with m.Case(s):
+                                        m.d.sync += self.weights[r][c].eq(lane[s * b:(s + 1) * b].as_signed())
+            next_word, next_slot, next_bits = (Signal.like(v, name=f"{n}_diag{d + 1}")
+                                               for v, n in ((word, "word"), (slot, "slot"), (bits, "bits")))
+            m.d.sync += [next_word.eq(word), next_slot.eq(slot), next_bits.eq(bits)]
+            word, slot, bits = next_word, next_slot, next_bits
         return m

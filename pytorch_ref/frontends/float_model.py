@@ -33,6 +33,7 @@ from torch.ao.quantization.observer import MinMaxObserver, ObserverBase
 
 from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.frontends.graph import Registry, Step, flatten_spec, pair, trace, walk
+from pytorch_ref.frontends.precision import WeightBitsSpec, resolve_weight_bits
 from pytorch_ref.frontends.quantize import make_requantization, quantize_bias, quantize_weight
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
                               QuantParams)
@@ -336,15 +337,17 @@ def _batches(calibration, batch_size: int) -> Iterable[torch.Tensor]:
 def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.Tensor], *,
                    name: str = "model", input_shape: tuple[int, ...] | None = None,
                    observer: Callable[[], ObserverBase] = activation_observer,
-                   batch_size: int = 256) -> QuantizedModel:
+                   batch_size: int = 256, weight_bits: WeightBitsSpec = None) -> QuantizedModel:
     """Compile a float model into a :class:`QuantizedModel` (see the module docstring).
 
     ``calibration`` is a float batch ``[B, *input_shape]`` (run in chunks of
     ``batch_size``) or an iterable of such batches; its ranges set every activation's
     scale and zero point through ``observer()`` instances. ``input_shape`` defaults
-    to the calibration batch's shape without the batch dimension.
+    to the calibration batch's shape without the batch dimension. ``weight_bits`` gives
+    the width of each layer's weights (see :mod:`pytorch_ref.frontends.precision`).
     """
     ops = float_ops(model)
+    bits = resolve_weight_bits(weight_bits, weighted_layer_kinds(ops))
     if isinstance(calibration, torch.Tensor):
         if calibration.dim() < 2:
             raise ValueError(f"calibration must be a batch [B, *input_shape], not shape {tuple(calibration.shape)}")
@@ -386,7 +389,7 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
     for op in ops:
         if isinstance(op, WeightedOp):
             output_quant = _quant_params(observers[id(op)])
-            layers.append(_lower_weighted(op, current, output_quant))
+            layers.append(_lower_weighted(op, current, output_quant, bits[op.name]))
             current = output_quant
         elif isinstance(op, MaxPoolOp):
             layers.append(MaxPool2dLayer(op.name, op.kernel_size, op.stride, op.padding))
@@ -395,10 +398,17 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
     return QuantizedModel(name=name, input_shape=input_shape, input_quant=input_quant, layers=tuple(layers))
 
 
-def _lower_weighted(op: WeightedOp, input_quant: QuantParams, output_quant: QuantParams):
+def weighted_layer_kinds(ops: list[FloatOp]) -> list[tuple[str, str]]:
+    """``(name, kind)`` of each weighted op, ``kind`` ``"dense"`` or ``"conv"``, as
+    :func:`~pytorch_ref.frontends.precision.resolve_weight_bits` takes them."""
+    return [(op.name, "dense" if isinstance(op.module, nn.Linear) else "conv")
+            for op in ops if isinstance(op, WeightedOp)]
+
+
+def _lower_weighted(op: WeightedOp, input_quant: QuantParams, output_quant: QuantParams, bits: int):
     m = op.module
-    codes, weight_scales = quantize_weight(m.weight)
-    common = dict(name=op.name, weight=codes,
+    codes, weight_scales = quantize_weight(m.weight, bits)
+    common = dict(name=op.name, weight=codes, weight_bits=bits,
                   bias=quantize_bias(m.bias, input_quant.scale, weight_scales, op.name),
                   input_quant=input_quant, output_quant=output_quant,
                   requant=make_requantization(input_quant.scale, weight_scales, output_quant, op.relu))

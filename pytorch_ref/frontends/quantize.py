@@ -16,15 +16,22 @@ from torch.ao.quantization.observer import PerChannelMinMaxObserver
 from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.ir.quantized_model import QuantParams, Requantization
 
-def quantize_weight(weight: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Per-output-channel symmetric int8 weights in [-127, 127]; returns (codes, scales)."""
-    observer = PerChannelMinMaxObserver(ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric,
-                                        quant_min=sem.WEIGHT_MIN, quant_max=sem.WEIGHT_MAX)
+def weight_observer(bits: int = sem.WEIGHT_BITS) -> PerChannelMinMaxObserver:
+    """PyTorch's per-output-channel symmetric observer over the ``bits``-bit codes of
+    :func:`~pytorch_ref.ir.integer_semantics.weight_range`."""
+    low, high = sem.weight_range(bits)
+    return PerChannelMinMaxObserver(ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric,
+                                    quant_min=low, quant_max=high)
+
+
+def quantize_weight(weight: torch.Tensor, bits: int = sem.WEIGHT_BITS) -> tuple[np.ndarray, np.ndarray]:
+    """Per-output-channel symmetric ``bits``-bit weights; returns (codes, scales)."""
+    observer = weight_observer(bits)
     observer(weight.detach().float())
     scales, _ = observer.calculate_qparams()
     shape = (-1,) + (1,) * (weight.dim() - 1)
-    codes = torch.round(weight.detach() / scales.view(shape)).clamp(sem.WEIGHT_MIN, sem.WEIGHT_MAX)
-    return codes.to(torch.int8).numpy(), scales.double().numpy()
+    codes = sem.quantize_weight_codes(weight.detach(), scales.view(shape), bits)
+    return codes.numpy(), scales.double().numpy()
 
 
 def make_requantization(input_scale: float, weight_scales: np.ndarray, output: QuantParams,

@@ -11,10 +11,9 @@ Number formats:
 * PyTorch's activations are usually ``quint8`` (codes 0..255, zero point 0..255);
   ours are signed: codes and zero points are shifted by -128, which changes no real
   value. ``qint8`` activations are taken as they are.
-* PyTorch's weights are ``qint8`` in [-128, 127]; ours are symmetric in [-127, 127].
-  A weight code of -128 stops the import with an error naming the layer (configure the
-  weight observer with ``quant_min=-127``, as :func:`torch_ao_quantize` does): clamping
-  it silently would change the model.
+* PyTorch's weights are ``qint8`` in [-128, 127], symmetric: ours too, so a model
+  quantized with any of PyTorch's default qconfigs (``get_default_qconfig("x86")``, whose
+  per-channel weights use -128) imports unchanged, as 8-bit weights.
 * PyTorch keeps the bias in float and adds it in float inside fbgemm/qnnpack; ours is
   int32 in units of ``input_scale * weight_scale``. With PyTorch's float requantization
   against our 31-bit fixed point, this is why outputs may differ by one code
@@ -151,13 +150,7 @@ def _weights(op: _Weighted) -> tuple[np.ndarray, np.ndarray]:
     if (zero_points != 0).any():
         raise ValueError(f"{op.where}: weights must be symmetric (zero point 0), not zero points "
                          f"{sorted(set(zero_points.tolist()))}")
-    codes = w.int_repr()
-    if (codes < sem.WEIGHT_MIN).any():
-        count = int((codes < sem.WEIGHT_MIN).sum())
-        raise ValueError(f"{op.where}: {count} weight code(s) are -128, but weights must be in "
-                         f"[{sem.WEIGHT_MIN}, {sem.WEIGHT_MAX}]; quantize the weights with quant_min=-127 "
-                         f"(see torch_ao_quantize)")
-    return codes.numpy(), scales
+    return w.int_repr().numpy(), scales
 
 
 def _lower_weighted(op: _Weighted, input_quant: QuantParams, offset: int):
@@ -251,12 +244,15 @@ def _fusion_groups(model: nn.Sequential, prefix: str) -> list[list[str]]:
 
 
 @torch.no_grad()
-def torch_ao_quantize(model: nn.Sequential, calibration: torch.Tensor, engine: str = "fbgemm") -> nn.Module:
+def torch_ao_quantize(model: nn.Sequential, calibration: torch.Tensor, engine: str = "fbgemm",
+                      qconfig: tq.QConfig | None = None) -> nn.Module:
     """Quantize a float ``nn.Sequential`` with PyTorch's eager mode, as a user would.
 
-    Conv/BN/ReLU and Linear/ReLU are fused; activations are quint8 with min/max
-    observers (codes 0..127 on fbgemm, whose kernels need 7-bit activations to
-    avoid 16-bit saturation, as its ``reduce_range``), weights per-channel symmetric qint8 in [-127, 127].
+    Conv/BN/ReLU and Linear/ReLU are fused. ``qconfig`` defaults to: activations quint8
+    with min/max observers (codes 0..127 on fbgemm, whose kernels need 7-bit activations
+    to avoid 16-bit saturation, as its ``reduce_range``), weights per-channel symmetric
+    qint8 in [-128, 127]; pass ``torch.ao.quantization.get_default_qconfig("x86")`` for
+    PyTorch's own default.
     Sets ``torch.backends.quantized.engine`` to ``engine`` (PyTorch's setting is global,
     and the converted model runs only on the engine it was packed for).
     """
@@ -267,7 +263,7 @@ def torch_ao_quantize(model: nn.Sequential, calibration: torch.Tensor, engine: s
     groups = _fusion_groups(wrapped.module, "module.")
     if groups:
         tq.fuse_modules(wrapped, groups, inplace=True)
-    wrapped.qconfig = tq.QConfig(
+    wrapped.qconfig = qconfig or tq.QConfig(
         activation=MinMaxObserver.with_args(dtype=torch.quint8, quant_min=0,
                                             quant_max=127 if engine == "fbgemm" else 255),
         weight=PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric,

@@ -8,8 +8,10 @@ Number formats
 --------------
 * Activations are int8, asymmetric: ``real = scale * (q - zero_point)``, ``q`` in
   ``[-128, 127]``, ``zero_point`` in ``[-128, 127]``.
-* Weights are int8, symmetric, one scale per output channel: ``q`` in ``[-127, 127]``,
-  zero point 0.
+* Weights are signed integers of ``b`` bits, ``b`` in ``[2, 8]`` chosen per layer (8 by
+  default), symmetric with one scale per output channel and zero point 0, over the full
+  two's-complement range: ``q`` in ``[-2**(b-1), 2**(b-1) - 1]`` (``[-128, 127]`` at 8 bits).
+  See :func:`weight_range` and :func:`quantize_weight_codes`.
 * Biases are int32 in units of ``input_scale * weight_scale``.
 * Accumulation is exact in a signed accumulator of :data:`ACCUMULATOR_BITS` bits;
   the compiler checks that no layer can overflow it.
@@ -52,8 +54,11 @@ import numpy as np
 
 ACTIVATION_MIN = -128
 ACTIVATION_MAX = 127
-WEIGHT_MIN = -127
-WEIGHT_MAX = 127
+WEIGHT_BITS = 8                 # the default width of a layer's weights
+WEIGHT_BITS_MIN = 2
+WEIGHT_BITS_MAX = 8
+WEIGHT_MIN = -(2 ** (WEIGHT_BITS_MAX - 1))
+WEIGHT_MAX = 2 ** (WEIGHT_BITS_MAX - 1) - 1
 ACCUMULATOR_BITS = 32
 ACCUMULATOR_MIN = -(2 ** (ACCUMULATOR_BITS - 1))
 ACCUMULATOR_MAX = 2 ** (ACCUMULATOR_BITS - 1) - 1
@@ -89,6 +94,27 @@ def quantize_multiplier(real_scale: float) -> tuple[int, int]:
         shift = SHIFT_MAX
         multiplier = max(multiplier, 0)
     return multiplier, shift
+
+
+def check_weight_bits(bits, name: str) -> int:
+    """``bits`` if it is a valid weight width, else a :class:`ValueError` naming the layer."""
+    if type(bits) is not int or not WEIGHT_BITS_MIN <= bits <= WEIGHT_BITS_MAX:
+        raise ValueError(f"{name}: weight bits must be an integer in [{WEIGHT_BITS_MIN}, {WEIGHT_BITS_MAX}], "
+                         f"not {bits!r}")
+    return bits
+
+
+def weight_range(bits: int) -> tuple[int, int]:
+    """The codes of a ``bits``-bit weight: the full two's-complement range."""
+    check_weight_bits(bits, "weights")
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+def quantize_weight_codes(weight, scale, bits: int):
+    """Weights to ``bits``-bit codes: ``round(w / scale)`` (half to even), clamped to
+    :func:`weight_range`. ``scale`` broadcasts against ``weight`` (output channel first)."""
+    low, high = weight_range(bits)
+    return _convert((_as_array(weight) / scale).round().clip(low, high), "int8")
 
 
 def _torch_of(x):

@@ -62,12 +62,16 @@ class _WeightedLayer:
     input_quant: QuantParams
     output_quant: QuantParams
     requant: Requantization
+    #: Width of the weight codes, in [2, 8]; the codes lie in ``sem.weight_range(weight_bits)``.
+    weight_bits: int = field(default=sem.WEIGHT_BITS, kw_only=True)
 
     def __post_init__(self):
         if self.weight.dtype != np.int8:
             raise TypeError(f"{self.name}: weight must be int8, not {self.weight.dtype}")
-        if (self.weight < sem.WEIGHT_MIN).any():
-            raise ValueError(f"{self.name}: weights must be in [-127, 127]")
+        low, high = sem.weight_range(sem.check_weight_bits(self.weight_bits, self.name))
+        if self.weight.size and not low <= self.weight.min() <= self.weight.max() <= high:
+            raise ValueError(f"{self.name}: {self.weight_bits}-bit weights must be in [{low}, {high}], "
+                             f"not [{self.weight.min()}, {self.weight.max()}]")
         if self.bias.dtype != np.int32 or self.bias.shape != (self.out_features,):
             raise ValueError(f"{self.name}: bias must be int32 of shape ({self.out_features},)")
         if self.requant.multiplier.shape != (self.out_features,):

@@ -5,7 +5,8 @@ The file is a NumPy ``.npz`` archive (a zip of ``.npy`` arrays, no pickle):
 * ``header``: a string holding JSON -- ``{"format": "nnaccel-quantized-model",
   "version": 1, "name": ..., "input_shape": [...], "input_quant": {"scale": ...,
   "zero_point": ...}, "layers": [...]}``, one object per layer with its ``type``
-  (``dense``, ``conv2d``, ``maxpool2d``, ``flatten``), ``name`` and scalar fields;
+  (``dense``, ``conv2d``, ``maxpool2d``, ``flatten``), ``name`` and scalar fields
+  (a weighted layer's ``weight_bits``; 8 where a file has none);
 * ``layers.<i>.weight``, ``layers.<i>.bias``, ``layers.<i>.multiplier``,
   ``layers.<i>.shift``: the arrays of weighted layer ``i``, in their own dtypes.
 
@@ -51,7 +52,7 @@ def _layer_to_json(index: int, layer, arrays: dict) -> dict:
         rq = layer.requant
         for key, value in zip(_ARRAYS, (layer.weight, layer.bias, rq.multiplier, rq.shift)):
             arrays[f"layers.{index}.{key}"] = np.asarray(value)
-        entry = {"type": _WEIGHTED_TYPES[type(layer)], "name": layer.name,
+        entry = {"type": _WEIGHTED_TYPES[type(layer)], "name": layer.name, "weight_bits": int(layer.weight_bits),
                  "input_quant": _quant_to_json(layer.input_quant),
                  "output_quant": _quant_to_json(layer.output_quant),
                  "requant": {"zero_point": int(rq.zero_point), "clamp_min": int(rq.clamp_min),
@@ -77,7 +78,8 @@ def _layer_from_json(index: int, entry: dict, archive):
                       input_quant=_quant_from_json(entry["input_quant"]),
                       output_quant=_quant_from_json(entry["output_quant"]),
                       requant=Requantization(multiplier, shift, int(rq["zero_point"]),
-                                             int(rq["clamp_min"]), int(rq["clamp_max"])))
+                                             int(rq["clamp_min"]), int(rq["clamp_max"])),
+                      weight_bits=entry.get("weight_bits", 8))
         if kind == "dense":
             return DenseLayer(**common)
         return Conv2dLayer(**common, stride=_pair(entry["stride"]), padding=_pair(entry["padding"]),

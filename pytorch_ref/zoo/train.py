@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from pytorch_ref.zoo import data, models
 from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.frontends.float_model import quantize_model
+from pytorch_ref.frontends.precision import WeightBitsSpec
 from pytorch_ref.ir.quantized_model import QuantizedModel
 from pytorch_ref.reference import run_integer_reference
 
@@ -182,12 +183,13 @@ class Compiled:
     y_test: torch.Tensor | None         # labels; None where the model is no classifier of its data
 
 
-def quantize_trained(name: str, device=None, log: Log = print) -> Compiled:
+def quantize_trained(name: str, device=None, log: Log = print, weight_bits: WeightBitsSpec = None) -> Compiled:
     """The float model, its :class:`QuantizedModel` (calibrated with min/max observers on
-    the training split) and the held-out inputs and labels."""
+    the training split, weights at ``weight_bits``: see :mod:`pytorch_ref.frontends.precision`)
+    and the held-out inputs and labels."""
     model = trained_model(name, device=device, log=log)
     split = data.dataset(name)
-    quantized = quantize_model(model, split.x_train, name=name)
+    quantized = quantize_model(model, split.x_train, name=name, weight_bits=weight_bits)
     q = quantized.input_quant
     return Compiled(name, model, quantized, split.x_test,
                     sem.quantize_activation(split.x_test, q.scale, q.zero_point), split.y_test)
