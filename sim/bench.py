@@ -7,6 +7,8 @@
 3. Latency per inference at that clock next to PyTorch's measured CPU latency.
 4. Simulated cycles per second on Verilator, Icarus and GHDL for one design.
 5. A PNG chart of per-layer utilization against the tiling bound.
+6. The precision table: LeNet's accuracy and weight memory per weight-width policy
+   (:mod:`sim.precision_table`).
 
 Definitions (printed in the report):
 utilization = useful MACs / (rows x cols x cycles); tiling bound = the cycles a layer
@@ -28,6 +30,7 @@ import torch
 from hdl.config import AcceleratorConfig
 
 from sim.cases import random_case, trained_case
+from sim.precision_table import precision_table, print_precision_table
 from sim.report import layer_table
 from sim.runner import simulate
 
@@ -146,6 +149,10 @@ def fpga_estimates(build_root: Path) -> list[dict]:
     case = random_case("linear", AcceleratorConfig(), count=1)
     designs = [("8x8 accelerator (Linear(1000,10))", NeuralNetworkAccelerator(case.program),
                 "neural_network_accelerator"),
+               ("8x8 accelerator (LeNet, default widths)",
+                NeuralNetworkAccelerator(trained_case("lenet", AcceleratorConfig(), count=1,
+                                                      log=lambda *a: None).program),
+                "neural_network_accelerator_lenet"),
                ("8x8 systolic array alone", SystolicArray(8, 8), "systolic_array")]
     for label, design, name in designs:
         _log(f"[fpga] {label}: Yosys synth_ecp5 + nextpnr-ecp5 (minutes)")
@@ -215,6 +222,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="build/bench")
     parser.add_argument("--skip-fpga", action="store_true")
     parser.add_argument("--speed-inputs", type=int, default=1)
+    parser.add_argument("--skip-precision", action="store_true", help="leave out the precision table")
     args = parser.parse_args(argv)
     try:
         arrays = [tuple(int(v) for v in a.split("x")) for a in args.arrays.split(",")]
@@ -235,6 +243,7 @@ def main(argv=None) -> int:
     fpga = [] if args.skip_fpga else fpga_estimates(build_root)
     cpu = torch_cpu_latency("lenet")
     cpu_latency = cpu["float", 1]
+    precision = [] if args.skip_precision else precision_table(log=_log)
 
     _log("\n== per layer ==")
     print_schedule(schedule)
@@ -268,6 +277,9 @@ def main(argv=None) -> int:
         _log(f"accelerator 8x8 at {latency['fmax_mhz']:.1f} MHz: {latency['cycles']:.0f} cycles = "
              f"{latency['accelerator_seconds'] * 1e6:.0f} us; CPU / accelerator = {ratio:.2f}")
     latency["torch_cpu"] = {f"{kind}_b{batch}": seconds for (kind, batch), seconds in cpu.items()}
+    if precision:
+        _log("\n== precision: LeNet held-out accuracy (integer reference) and 8x8 weight memory ==")
+        print_precision_table(precision, log=_log)
     _log("\n== summary (this run) ==")
     for label, value in summary_rows(totals, fpga, cpu):
         _log(f"{label:<58} {value}")
@@ -275,7 +287,7 @@ def main(argv=None) -> int:
     chart(schedule, chart_path)
     results = {"command": command, "date": started.isoformat(), "definitions": DEFINITIONS,
                "schedule": schedule, "totals": totals, "simulators": speeds, "fpga": fpga,
-               "latency": latency}
+               "latency": latency, "precision": precision}
     tmp = out_dir / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=1, default=float))
     tmp.replace(out_dir / "results.json")

@@ -85,3 +85,30 @@ def test_size_guard_stops_before_generating(tmp_path, capsys):
     out = tmp_path / "big.v"
     err = _error(capsys, hdl_main, ["verilog", "--model-file", str(path), "-o", str(out)])
     assert "over the 32 Mbit limit" in err and "--allow-large" in err and not out.exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["verilog", "--model", "mlp", "--weight-bits", "9"],
+     "error: all layers: weight bits must be an integer in [2, 8], not 9"),
+    (["vhdl", "--model", "mlp", "--weight-bits", "0.Linear=1"],
+     "error: 0.Linear: weight bits must be an integer in [2, 8], not 1"),
+    (["save-model", "--model", "mlp", "--weight-bits", "fc9=4"],
+     "error: weight bits name 'fc9', which is not a weighted layer of the model; its weighted layers are "
+     "0.Linear, 2.Linear"),
+])
+def test_weight_bits_errors_name_the_layer(argv, message, tmp_path, capsys):
+    out = tmp_path / "x.out"
+    assert message in _error(capsys, hdl_main, [*argv, "-o", str(out)])
+    assert not out.exists()
+
+
+def test_weight_bits_do_not_apply_to_a_model_file(model_file, tmp_path, capsys):
+    out = tmp_path / "x.v"
+    err = _error(capsys, hdl_main, ["verilog", "--model-file", str(model_file), "--weight-bits", "4", "-o", str(out)])
+    assert "error: --weight-bits applies to --model; a --model-file keeps the widths it was saved with" in err
+    assert not out.exists()
+
+
+def test_sim_weight_bits_error(tmp_path, capsys):
+    err = _error(capsys, sim_main, ["--model", "mlp", "--weight-bits", "dense=9", "--build-dir", str(tmp_path)])
+    assert "error: dense: weight bits must be an integer in [2, 8], not 9" in err

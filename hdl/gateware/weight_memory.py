@@ -74,6 +74,32 @@ class WeightMemory(wiring.Component):
         """Whether any layer's weights share words (are narrower than a lane)."""
         return self._formats != (LANE_BITS,)
 
+    def _by_format(self, m, bits, body):
+        """``body(width)`` under the case of each format of ``bits``. The last format is the
+        default, so that every cycle assigns (no enable on the weight registers), and a
+        single format switches on nothing."""
+        if len(self._formats) == 1:
+            body(self._formats[0])
+            return
+        with m.Switch(bits):
+            for b in self._formats[:-1]:
+                with m.Case(b):
+                    body(b)
+            with m.Default():
+                body(self._formats[-1])
+
+    @staticmethod
+    def _unpack(m, lane, slot, bits: int, weight):
+        """``weight`` <= the ``bits``-bit field of ``lane`` at ``slot``, sign-extended."""
+        fields = [lane[s * bits:(s + 1) * bits].as_signed() for s in range(tiles_per_word(bits))]
+        if len(fields) == 1:
+            m.d.sync += weight.eq(fields[0])
+            return
+        with m.Switch(slot[:word_shift(bits)]):
+            for s, value in enumerate(fields):
+                with m.Case(s):
+                    m.d.sync += weight.eq(value)
+
     def elaborate(self, platform):
         m = Module()
         rows, cols = self._rows, self._cols
@@ -82,11 +108,9 @@ class WeightMemory(wiring.Component):
         bits = Signal.like(self.bits, name="bits_diag0")
         if self.packed:
             m.d.comb += bits.eq(self.bits)
-            with m.Switch(self.bits):
-                for b in self._formats:
-                    with m.Case(b):
-                        m.d.comb += [word.eq(self.addr >> word_shift(b)),
-                                     slot.eq(self.addr & (tiles_per_word(b) - 1))]
+            def split(b):
+                m.d.comb += [word.eq(self.addr >> word_shift(b)), slot.eq(self.addr & (tiles_per_word(b) - 1))]
+            self._by_format(m, self.bits, split)
         else:
             m.d.comb += word.eq(self.addr)
         for d in range(rows + cols - 1):
@@ -105,13 +129,8 @@ class WeightMemory(wiring.Component):
                 if not self.packed:
                     m.d.sync += self.weights[r][c].eq(lane.as_signed())
                     continue
-                with m.Switch(read_bits):
-                    for b in self._formats:
-                        with m.Case(b):
-                            with m.Switch(read_slot):
-                                for s in range(tiles_per_word(b)):
-                                    with m.Case(s):
-                                        m.d.sync += self.weights[r][c].eq(lane[s * b:(s + 1) * b].as_signed())
+                self._by_format(m, read_bits, lambda b, lane=lane, weight=self.weights[r][c]:
+                                self._unpack(m, lane, read_slot, b, weight))
             next_word, next_slot, next_bits = (Signal.like(v, name=f"{n}_diag{d + 1}")
                                                for v, n in ((word, "word"), (slot, "slot"), (bits, "bits")))
             m.d.sync += [next_word.eq(word), next_slot.eq(slot), next_bits.eq(bits)]

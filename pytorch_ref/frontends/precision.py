@@ -4,7 +4,7 @@ A precision is given as
 
 * ``None``: every layer at the default, :data:`~pytorch_ref.ir.integer_semantics.WEIGHT_BITS`;
 * an ``int``: every weighted layer at that width;
-* a mapping or a string ``"key=bits,key=bits"`` whose keys are layer names (as in the
+* a mapping or a string ``"key=bits,key=bits"`` (or ``"4"``, as the int) whose keys are layer names (as in the
   :class:`~pytorch_ref.ir.quantized_model.QuantizedModel`, e.g. ``9.Linear``) or the
   selectors ``all``, ``conv`` and ``dense``. A layer takes the width of its name if given,
   else of its kind's selector, else of ``all``, else the default. For example
@@ -28,8 +28,8 @@ SELECTORS = ("all", "conv", "dense")
 WeightBitsSpec = None | int | str | Mapping[str, int]
 
 #: Command-line help of a ``--weight-bits`` option.
-WEIGHT_BITS_HELP = ("weight widths, 2 to 8 bits, as 'key=bits,...' with layer names or all/conv/dense, "
-                    "e.g. 'dense=4' (default: 8 bits everywhere)")
+WEIGHT_BITS_HELP = ("weight widths, 2 to 8 bits: one width for all layers (e.g. 8), or 'key=bits,...' with "
+                    "layer names or all/conv/dense (e.g. 'dense=4'); default: the model's own default")
 
 
 def parse_weight_bits(spec: WeightBitsSpec) -> dict[str, int]:
@@ -40,6 +40,8 @@ def parse_weight_bits(spec: WeightBitsSpec) -> dict[str, int]:
         raise TypeError(f"weight bits must be an int, a string or a mapping, not {spec!r}")
     if isinstance(spec, int):
         return {"all": sem.check_weight_bits(spec, "all layers")}
+    if isinstance(spec, str) and spec.strip().lstrip("-").isdigit():
+        return parse_weight_bits(int(spec))
     if isinstance(spec, str):
         pairs = {}
         for item in filter(None, (part.strip() for part in spec.split(","))):

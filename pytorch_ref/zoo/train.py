@@ -43,7 +43,7 @@ from pytorch_ref.frontends.precision import WeightBitsSpec
 from pytorch_ref.ir.quantized_model import QuantizedModel
 from pytorch_ref.reference import run_integer_reference
 
-__all__ = ["HYPERPARAMETERS", "Compiled", "checkpoint_path", "train", "trained_model", "quantize_trained",
+__all__ = ["HYPERPARAMETERS", "Compiled", "checkpoint_path", "train", "trained_model", "quantize_trained", "compile_float",
            "accuracy_report"]
 
 #: Training settings of the classifiers; part of the checkpoint key.
@@ -185,9 +185,15 @@ class Compiled:
 
 def quantize_trained(name: str, device=None, log: Log = print, weight_bits: WeightBitsSpec = None) -> Compiled:
     """The float model, its :class:`QuantizedModel` (calibrated with min/max observers on
-    the training split, weights at ``weight_bits``: see :mod:`pytorch_ref.frontends.precision`)
+    the training split, weights at ``weight_bits``, by default the model's
+    :data:`~pytorch_ref.zoo.models.DEFAULT_WEIGHT_BITS`: see :mod:`pytorch_ref.frontends.precision`)
     and the held-out inputs and labels."""
     model = trained_model(name, device=device, log=log)
+    return compile_float(name, model, models.DEFAULT_WEIGHT_BITS.get(name) if weight_bits is None else weight_bits)
+
+
+def compile_float(name: str, model: nn.Module, weight_bits: WeightBitsSpec = None) -> Compiled:
+    """:class:`Compiled` of a float model of the zoo's ``name`` (its data), weights at ``weight_bits``."""
     split = data.dataset(name)
     quantized = quantize_model(model, split.x_train, name=name, weight_bits=weight_bits)
     q = quantized.input_quant
