@@ -59,6 +59,7 @@ def _environment():
 
 
 _CONSTANT_ALWAYS = re.compile(r"^(\s*)always @\*\n\s+([^\n;=]+?) = (\d+'[hbd][0-9a-fA-F_]+);$", re.M)
+_COPY_ALWAYS = re.compile(r"^(\s*)(always @\*\n\s+([^\n;=]+?) = ([^\n;]+);)$", re.M)
 _TIME_ZERO_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) += 0;$", re.M)
 
 
@@ -73,10 +74,14 @@ def icarus_time_zero_fix(verilog_text: str) -> str:
 
     Yosys writes a constant driver (e.g. an output port a component ties to zero) as an
     ``always @*`` block that reads nothing and has no dummy, so Icarus never runs it: it
-    becomes an ``initial`` assignment.
+    becomes an ``initial`` assignment. A one-line copy (``always @* x = y;``, e.g. a field
+    of a struct port from a register) has no dummy either: if ``y`` keeps its initial value
+    for good (a step's output lane that is always 0), ``x`` would stay X; it is also
+    assigned once at 1 ps.
     """
     fixed, count = _TIME_ZERO_TRIGGER.subn(r"\1reg \2 = 0;\n\1initial #1 \2 = 1;", verilog_text)
     fixed = _CONSTANT_ALWAYS.sub(r"\1initial \2 = \3;", fixed)
+    fixed = _COPY_ALWAYS.sub(r"\1\2\n\1initial #1 \3 = \4;", fixed)
     return fixed
 
 

@@ -273,7 +273,10 @@ def test_op_table_holds_each_ops_constants():
                         "k_tiles": op.kernel[0] * taps_w * (1 if op.folded else op.channel_tiles),
                         "nt_count": op.n_tiles,
                         "block": op.block, "pixels": op.dest.images * op.dest.height * op.dest.width,
-                        "out_cw": op.dest.words_per_pixel, "out_base": op.dest.base,
+                        "out_stride": op.dest.channels if op.dest.packed_lanes
+                        else op.dest.words_per_pixel * program.config.bank_width,
+                        "out_channels": op.dest.channels if op.dest.packed_lanes
+                        else op.n_tiles * program.config.cols, "out_base": op.dest.base,
                         "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base}
                 assert _as_dict(ctx.get(dut.gemm)) == want, op.name
                 assert ctx.get(dut.zero_point) == op.input_zero_point

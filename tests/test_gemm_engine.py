@@ -218,7 +218,7 @@ def _run_gemm_ops(program, mem):
     async def bench(ctx):
         for op in program.gemm_ops:
             before = [list(w) for w in mem]
-            ctx.set(gen.params, layout.const(gemm_params(op)))
+            ctx.set(gen.params, layout.const(gemm_params(op, program.config)))
             ctx.set(gemm.zero_point, op.input_zero_point)
             await ctx.tick()
             assert not ctx.get(gen.busy) and not ctx.get(gemm.write.valid)
@@ -247,10 +247,10 @@ def _run_gemm_ops(program, mem):
                 data = [v for a in (addr, addr + 1) for v in (mem[a] if a < len(mem) else [0] * bank)]
                 if write is not None:
                     _, waddr, wdata, lanes = write
-                    assert waddr < len(mem), f"{op.name}: write to word {waddr} past the memory"
-                    for lane in range(bank):
+                    for lane in range(len(wdata)):              # one word, or two (packed outputs)
                         if lanes >> lane & 1:
-                            mem[waddr][lane] = wdata[lane]
+                            assert waddr + lane // bank < len(mem), f"{op.name}: write past the memory"
+                            mem[waddr + lane // bank][lane % bank] = wdata[lane]
                 ctx.set(gemm.read.data, data)
                 idle = idle + 1 if not ctx.get(gen.busy) else 0
                 cycle += 1
@@ -269,13 +269,19 @@ def _check_op_writes(program, op: GemmOp, before, after, writes, steps, last_ste
     assert len(steps) == op.steps and steps == list(range(steps[0], steps[0] + op.steps)), f"{op.name}: steps"
     # Each lane of the n tiles' groups of each output pixel written exactly once.
     counts = {}
-    for _, addr, _, lanes in writes:
-        assert dst.base <= addr < dst.base + dst.words, f"{op.name}: write to word {addr} outside {dst}"
-        for lane in range(bank):
+    for _, addr, data, lanes in writes:
+        for lane in range(len(data)):
             if lanes >> lane & 1:
-                counts[addr, lane] = counts.get((addr, lane), 0) + 1
+                word = addr + lane // bank
+                assert dst.base <= word < dst.base + dst.words, f"{op.name}: write to word {word} outside {dst}"
+                counts[word, lane % bank] = counts.get((word, lane % bank), 0) + 1
     want = {}
     for pixel in range(dst.pixels):
+        if dst.packed_lanes:         # exactly the tensor's elements: its neighbours' lanes untouched
+            for channel in range(dst.channels):
+                element = dst.base * bank + pixel * dst.channels + channel
+                want[element // bank, element % bank] = 1
+            continue
         for channel in range(op.n_tiles * cols):
             want[dst.base + pixel * dst.words_per_pixel + channel // bank, channel % bank] = 1
     assert counts == want, f"{op.name}: lanes written (count != 1 or missing): " \
@@ -289,7 +295,7 @@ def _check_op_writes(program, op: GemmOp, before, after, writes, steps, last_ste
                                           int(program.clamp_max[p]))[0])
     for (addr, lane) in want:
         channel = ((addr - dst.base) % dst.words_per_pixel) * bank + lane
-        if channel >= dst.channels:
+        if not dst.packed_lanes and channel >= dst.channels:
             assert after[addr][lane] == pad_code, f"{op.name}: padded channel {channel} at word {addr}"
     # Every write comes exactly ``write_latency`` cycles after a step that ends a pass, in order.
     assert [c for c, _, _, _ in writes] == [c + latency for c in last_steps], f"{op.name}: write timing"
@@ -370,6 +376,9 @@ def test_conv_then_dense_matches_reference(rows, cols):
     assert conv.channel_tiles > 1 and conv.n_tiles > 1 and fc.channel_tiles > 1 and fc.n_tiles > 1
     assert conv.block == 5 and conv.pixels == 24 and conv.pixels % conv.block
     assert fc.kernel == (3, 4) and fc.pixels == 2
+    # The dense layer folds (its 5 channels fit no tile), so the convolution writes its
+    # output packed: n tiles of cols lanes from any lane on, the last one cut at 5 channels.
+    assert fc.folded and conv.dest.packed_lanes and program.config.bank_width % conv.dest.channels
     _check_program(program, model, seed=rows * 10 + cols)
 
 
@@ -379,7 +388,7 @@ def test_folded_conv_then_dense_matches_reference(rows, cols):
     tiles that straddle taps and words, with the padding (1, 2) masking rows."""
     program, model = conv_dense_program(rows, cols)
     conv, fc = program.gemm_ops
-    assert conv.folded and not fc.folded and conv.source.packed_lanes
+    assert conv.folded and fc.folded and conv.source.packed_lanes and conv.dest.packed_lanes
     assert conv.k_tiles == 3 * -(-15 // rows) < 9 * conv.channel_tiles
     _check_program(program, model, seed=rows * 10 + cols)
 

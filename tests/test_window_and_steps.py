@@ -17,7 +17,7 @@ from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLaye
 from tests.component_sim import random_array, run_bench
 
 STEP_FIELDS = ("act_addr", "lane", "row_lo", "row_hi", "pad", "w_addr", "w_bits", "first", "last", "acc_addr", "p_addr",
-               "out_addr", "out_group")
+               "out_addr", "out_lane", "out_count")
 
 
 # --- WindowAddress ------------------------------------------------------------------------
@@ -41,8 +41,8 @@ def _tight_widths(g) -> Widths:
     coords = [g[k] for k in ("in_h", "in_w", "in_cw", "kh", "kw", "sh", "sw", "ph", "pw", "out_h", "out_w")]
     pixels = [g["images"] * g["in_pixels"], g["images"] * g["out_h"] * g["out_w"]]
     words = g["in_base"] + g["images"] * g["in_pixels"] * g["in_cw"]
-    return Widths(act_addr=bits_for(words), weight_addr=4, weight_word=4, param_addr=4, coord=bits_for(max(coords)) + 1,
-                  pixel=bits_for(max(pixels)) + 1, acc_addr=4, tile=4)
+    return Widths(act_addr=bits_for(words), act_element=bits_for(words * 16), weight_addr=4, weight_word=4,
+                  param_addr=4, coord=bits_for(max(coords)) + 1, pixel=bits_for(max(pixels)) + 1, acc_addr=4, tile=4)
 
 
 def _window_model(g, tap):
@@ -198,6 +198,8 @@ def expected_steps(op, config):
     bank = config.bank_width
     dst = op.dest
     per_image = dst.height * dst.width
+    # Output pixels are its channels apart when packed, its words otherwise.
+    stride = dst.channels if dst.packed_lanes else dst.words_per_pixel * bank
     read = _folded_read if op.folded else _unfolded_read
     steps = []
     for nt in range(op.n_tiles):
@@ -214,8 +216,10 @@ def expected_steps(op, config):
                             "w_addr": op.weight_base + nt * op.k_tiles + kt, "w_bits": op.weight_bits,
                             "first": int(kt == 0), "last": int(kt == op.k_tiles - 1),
                             "acc_addr": slot, "p_addr": op.param_base + nt,
-                            "out_addr": dst.base + pixel * dst.words_per_pixel + (nt * config.cols) // bank,
-                            "out_group": (nt * config.cols % bank) // config.cols,
+                            "out_addr": dst.base + (pixel * stride + nt * config.cols) // bank,
+                            "out_lane": (pixel * stride + nt * config.cols) % bank,
+                            "out_count": min(config.cols, dst.channels - nt * config.cols) if dst.packed_lanes
+                            else config.cols,
                             "_tile": (nt, i, tap),
                         })
                     kt += 1
@@ -268,7 +272,7 @@ def _run_ops(program, ops, *, restart_pulses=False):
 
     async def bench(ctx):
         for op in ops:
-            ctx.set(dut.params, layout.const(gemm_params(op)))
+            ctx.set(dut.params, layout.const(gemm_params(op, program.config)))
             await ctx.tick()
             assert not ctx.get(dut.busy) and not ctx.get(dut.steps.valid)
             ctx.set(dut.start, 1)
@@ -380,7 +384,11 @@ def test_step_model_hand_checked():
     # Centre tap (kt = (1*3 + 1)*3 = 12), pixel 16 (slot 1): input pixel 16 (image 1, (0, 0)).
     s = want[block3 + 12 * op.block + 1]
     assert (s["act_addr"], s["pad"], s["lane"], s["acc_addr"]) == (src.base + 32, 0, 0, 1)
-    assert s["out_addr"] == dst.base + 32 and s["first"] == 0 and s["last"] == 0
+    # The destination is packed (the next layer folds): pixel 16's channel 0 is element
+    # 16 * 5 = 80, lane 0 of word 20; all 4 lanes of the tile are channels.
+    assert dst.packed_lanes == 4 and dst.channels == 5
+    assert (s["out_addr"], s["out_lane"], s["out_count"]) == (dst.base + 20, 0, 4)
+    assert s["first"] == 0 and s["last"] == 0
     # ct 1 of the same tap: the same word, lanes 2-3; ct 2: the next word, lanes 0-1.
     assert [want[block3 + (12 + d) * op.block + 1]["act_addr"] - src.base for d in (1, 2)] == [32, 33]
     assert [want[block3 + (12 + d) * op.block + 1]["lane"] for d in (1, 2)] == [2, 0]
@@ -390,10 +398,13 @@ def test_step_model_hand_checked():
     # Tap (2, 2) of pixel 15 (image 0, (3, 3)) lies below: padding. Last kt of the pass.
     s = want[block3 + 26 * op.block]
     assert (s["pad"], s["last"], s["w_addr"], s["acc_addr"]) == (1, 1, op.weight_base + 26, 0)
-    # nt 1 starts after 7 blocks of nt 0 (6 of 5 pixels and one of 2): next output word.
+    # nt 1 starts after 7 blocks of nt 0 (6 of 5 pixels and one of 2): channel 4 of pixel 0,
+    # element 4, the next word; its tile has one channel. Pixel 1's is element 9: lane 1.
     s = want[op.k_tiles * op.pixels]
-    assert (s["w_addr"], s["p_addr"], s["out_addr"], s["out_group"]) == (
-        op.weight_base + 27, op.param_base + 1, dst.base + 1, 0)
+    assert (s["w_addr"], s["p_addr"], s["out_addr"], s["out_lane"], s["out_count"]) == (
+        op.weight_base + 27, op.param_base + 1, dst.base + 1, 0, 1)
+    s = want[op.k_tiles * op.pixels + 1]
+    assert (s["out_addr"], s["out_lane"]) == (dst.base + 2, 1)
     assert len(want) == 2 * 27 * 32
 
 
@@ -451,7 +462,7 @@ def test_start_is_ignored_for_the_whole_busy_period():
     dut = StepGenerator(widths, cfg, folding=any(op.folded for op in program.gemm_ops))
 
     async def bench(ctx):
-        ctx.set(dut.params, gemm_params_layout(widths).const(gemm_params(op)))
+        ctx.set(dut.params, gemm_params_layout(widths).const(gemm_params(op, program.config)))
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)

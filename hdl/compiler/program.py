@@ -13,8 +13,8 @@ keeps pixel ``p = y * W + x`` in words ``base + p * CW ... base + p * CW + CW - 
 ``CW = ceil(C / B)``; channel ``c`` is lane ``c % B`` of word ``c // B`` of its pixel.
 Lanes past ``C`` hold defined but meaningless values; their weights are zero.
 
-A *packed* tensor (the network input, when its first layer folds; see below) has no
-padding lanes: channel ``c`` of pixel ``p`` is element ``e = p * C + c``, lane ``e % B`` of
+A *packed* tensor (one whose consumer folds, see below, written by the input loader, a
+GEMM op or a max-pool of more than one tap) has no padding lanes: channel ``c`` of pixel ``p`` is element ``e = p * C + c``, lane ``e % B`` of
 word ``base + e // B``. Guard words before and after it keep every read of a folded window
 inside the memory.
 
@@ -353,8 +353,8 @@ class _Lowering:
         placement = self.placement(shape, 0)
         consumer = next((layer for layer in layers[t:] if not isinstance(layer, FlattenLayer)), None)
         producer = layers[t - 1] if t else None
-        writes_packed = producer is None or (isinstance(producer, MaxPool2dLayer)
-                                             and math.prod(producer.kernel_size) > 1)
+        writes_packed = (producer is None or isinstance(producer, (Conv2dLayer, DenseLayer))
+                         or (isinstance(producer, MaxPool2dLayer) and math.prod(producer.kernel_size) > 1))
         folds = self.folds(consumer, shape, stacked=t == 0 and self.stacking is not None)
         if consumer is None or not writes_packed or not folds:
             return placement, placement.words
@@ -376,10 +376,14 @@ class _Lowering:
 
     def folds(self, layer, shape, stacked: bool = False) -> bool:
         """Whether ``layer``, reading a tensor of ``shape``, runs folded (saves tiles);
-        ``stacked``: the layer as it runs on a row-stacked input (kernel height 1)."""
-        if not isinstance(layer, Conv2dLayer):
+        ``stacked``: the layer as it runs on a row-stacked input (kernel height 1). A dense
+        layer after a flatten is a convolution whose kernel is the whole ``(C, H, W)`` input."""
+        if isinstance(layer, DenseLayer) and len(shape) == 3:
+            kh, kw = shape[1:]
+        elif not isinstance(layer, Conv2dLayer):
             return False
-        kh, kw = (1, layer.weight.shape[3]) if stacked else layer.weight.shape[2:]
+        else:
+            kh, kw = (1, layer.weight.shape[3]) if stacked else layer.weight.shape[2:]
         return self.k_tiles(kh, kw, shape[0], folded=True) < self.k_tiles(kh, kw, shape[0], folded=False)
 
     def k_tiles(self, kh: int, kw: int, c_in: int, folded: bool) -> int:
@@ -408,7 +412,7 @@ class _Lowering:
     def fold_guards(self, layer, c_in: int) -> tuple[int, int]:
         """Words kept free before and after a packed tensor: a folded window reaches
         ``pad_w`` pixels left of a row, and a tile ``rows`` elements (two words) on."""
-        bank, pad_w = self.config.bank_width, layer.padding[1]
+        bank, pad_w = self.config.bank_width, layer.padding[1] if isinstance(layer, Conv2dLayer) else 0
         return _ceil_div(pad_w * c_in, bank) + 1, _ceil_div(pad_w * c_in + self.config.rows, bank) + 2
 
     def gemm(self, layer, source: TensorPlacement, dest: TensorPlacement, after_flatten: bool) -> GemmOp:

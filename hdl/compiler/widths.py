@@ -14,6 +14,7 @@ def bits_for(value: int) -> int:
 @dataclass(frozen=True)
 class Widths:
     act_addr: int        # activation memory address
+    act_element: int     # element (lane) offset within the activation memory
     weight_addr: int     # weight tile address (see weight_packing)
     weight_word: int     # weight memory word address
     param_addr: int      # parameter word address
@@ -34,7 +35,9 @@ class Widths:
             if isinstance(op, GemmOp):
                 coords.append(op.taps_per_row)
                 tiles += [op.channel_tiles, op.n_tiles, op.k_tiles, op.block]
-        return cls(act_addr=bits_for(program.activation_words),
+        elements = max([program.activation_words * cfg.bank_width]
+                       + [op.n_tiles * cfg.cols for op in program.gemm_ops])
+        return cls(act_addr=bits_for(program.activation_words), act_element=bits_for(elements),
                    weight_addr=bits_for(max(op.weight_base + op.n_tiles * op.k_tiles - 1 for op in program.gemm_ops)),
                    weight_word=bits_for(len(program.weight_words) - 1),
                    param_addr=bits_for(max(1, len(program.bias))),

@@ -58,20 +58,20 @@ class ActivationMemory(wiring.Component):
     reader: In, who owns the read port.
     gemm_read: In, two words a read; pool_read: In, ``pool_words``; output_read: In, one.
     load, gemm_write, pool_write: In, write streams, in priority order; ``load`` writes
-    ``load_words`` consecutive words at once.
+    ``load_words`` consecutive words at once, ``gemm_write`` ``gemm_write_words``.
     """
     WRITERS = ("load", "gemm_write", "pool_write")
 
     def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int, load_words: int = 1,
-                 pool_words: int = BANKS):
+                 pool_words: int = BANKS, gemm_write_words: int = 1):
         self._depth, self._lanes, self._data_bits = depth, lanes, data_bits
         self._readers = {Reader.GEMM: ("gemm_read", 2), Reader.POOL: ("pool_read", pool_words),
                         Reader.OUTPUT: ("output_read", 1)}
         members = {"reader": In(Reader)}
         members |= {name: In(window_read_port(addr_bits, lanes, data_bits, words))
                     for name, words in self._readers.values()}
-        members |= {name: In(write_port(addr_bits, lanes, data_bits, load_words if name == "load" else 1))
-                    for name in self.WRITERS}
+        write_words = {"load": load_words, "gemm_write": gemm_write_words, "pool_write": 1}
+        members |= {name: In(write_port(addr_bits, lanes, data_bits, write_words[name])) for name in self.WRITERS}
         self._addr_bits = addr_bits
         super().__init__(members)
 

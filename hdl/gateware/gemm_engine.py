@@ -65,19 +65,26 @@ class GemmEngine(wiring.Component):
     steps: In stream, from the step generator.
     zero_point: In, the op's input zero point (read by padding taps).
     read: a read port of two consecutive words (one cycle after the address).
-    write: writes of ``cols`` lanes into one word.
+    write: writes of up to ``cols`` lanes from any lane of a word on: into one word, or,
+    when some op writes a packed destination, :meth:`write_words_for` two consecutive ones.
     """
 
     def __init__(self, program: Program, widths: Widths):
         cfg: AcceleratorConfig = program.config
         self._program, self._cfg, self._w = program, cfg, widths
-        self._out_groups = cfg.bank_width // cfg.cols
+        self._packed = any(op.dest.packed_lanes for op in program.gemm_ops)
         super().__init__({
             "steps": In(step_stream(widths, cfg)),
             "zero_point": In(signed(cfg.data_bits)),
             "read": Out(window_read_port(widths.act_addr, cfg.bank_width, cfg.data_bits, 2)),
-            "write": Out(write_port(widths.act_addr, cfg.bank_width, cfg.data_bits)),
+            "write": Out(write_port(widths.act_addr, cfg.bank_width, cfg.data_bits,
+                                    self.write_words_for(program))),
         })
+
+    @staticmethod
+    def write_words_for(program: Program) -> int:
+        """Words one write spans: two when a packed destination's lanes can straddle words."""
+        return 2 if any(op.dest.packed_lanes for op in program.gemm_ops) else 1
 
     #: Cycles from a step to its vector entering the array (memory read, lane select).
     INPUT_LATENCY = 2
@@ -169,23 +176,27 @@ class GemmEngine(wiring.Component):
         requant_rd = requant_rom.read_port()
         m.d.comb += requant_rd.addr.eq(ctrl.p_addr)
 
-        tag_layout = data.StructLayout({"addr": unsigned(w.act_addr),
-                                        "group": unsigned(bits_for(self._out_groups - 1))})
+        tag_layout = data.StructLayout({"addr": unsigned(w.act_addr), "lane": range(cfg.bank_width),
+                                        "count": range(cols + 1)})
         m.submodules.requantizer = rq = Requantizer(cols, cfg.accumulator_bits, bits, tag_layout)
         acc_out = Signal.like(total)
         tag = Signal(tag_layout)
         valid = Signal()
-        m.d.sync += [acc_out.eq(total), tag.addr.eq(ctrl.out_addr), tag.group.eq(ctrl.out_group),
+        m.d.sync += [acc_out.eq(total), tag.addr.eq(ctrl.out_addr), tag.lane.eq(ctrl.out_lane),
+                     tag.count.eq(ctrl.out_count),
                      valid.eq(ctrl.valid & ctrl.last)]
         m.d.comb += [rq.i_valid.eq(valid), rq.i_acc.eq(acc_out), rq.i_tag.eq(tag),
                      rq.i_params.eq(requant_rd.data)]
 
-        # Write the output lanes into their group of the destination word.
+        # Write the output's first ``count`` lanes from lane ``lane`` of word ``addr`` on:
+        # an unpacked destination's tiles start at multiples of cols; a packed one's anywhere,
+        # into the next word.
         m.d.comb += [self.write.valid.eq(rq.o_valid), self.write.payload.addr.eq(rq.o_tag.addr)]
-        with m.Switch(rq.o_tag.group):
-            for g in range(self._out_groups):
-                with m.Case(g):
+        starts = range(cfg.bank_width) if self._packed else range(0, cfg.bank_width, cols)
+        with m.Switch(rq.o_tag.lane):
+            for start in starts:
+                with m.Case(start):
                     for c in range(cols):
-                        m.d.comb += [self.write.payload.data[g * cols + c].eq(rq.o_data[c]),
-                                     self.write.payload.lanes[g * cols + c].eq(1)]
+                        m.d.comb += [self.write.payload.data[start + c].eq(rq.o_data[c]),
+                                     self.write.payload.lanes[start + c].eq(c < rq.o_tag.count)]
         return m

@@ -46,7 +46,7 @@ class OpTable(wiring.Component):
             for index, op in enumerate(ops):
                 with m.Case(index):
                     if isinstance(op, GemmOp):
-                        m.d.sync += [self.gemm.eq(gemm_layout.const(gemm_params(op))),
+                        m.d.sync += [self.gemm.eq(gemm_layout.const(gemm_params(op, self._program.config))),
                                      self.zero_point.eq(op.input_zero_point)]
                     else:
                         m.d.sync += self.pool.eq(pool_layout.const(pool_params(op, bank)))

@@ -16,7 +16,7 @@ memory (no im2col copy); taps outside the input are flagged as padding.
 """
 from types import SimpleNamespace
 
-from amaranth import Cat, Module, Signal, unsigned
+from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -25,7 +25,8 @@ from hdl.compiler.widths import Widths, bits_for
 from hdl.config import AcceleratorConfig
 from hdl.gateware.pipeline import delay_line, delayed
 from hdl.gateware.weight_memory import WEIGHT_BITS_SHAPE
-from hdl.gateware.window import FoldedWindowAddress, WindowAddress, window_layout, window_params
+from hdl.gateware.window import (FoldedWindowAddress, WindowAddress, divmod_by_constant, window_layout,
+                                window_params)
 
 
 def gemm_params_layout(w: Widths) -> data.StructLayout:
@@ -35,17 +36,23 @@ def gemm_params_layout(w: Widths) -> data.StructLayout:
         "window": window_layout(w),
         "folded": 1, "taps_w": coord,        # taps_w: kernel width, or tiles of a folded row
         "ct_count": tile, "k_tiles": tile, "nt_count": tile, "block": tile,
-        "pixels": unsigned(w.pixel), "out_cw": coord, "out_base": unsigned(w.act_addr),
+        "pixels": unsigned(w.pixel), "out_stride": unsigned(w.act_element), "out_channels": unsigned(w.act_element),
+        "out_base": unsigned(w.act_addr),
         "w_base": unsigned(w.weight_addr), "w_bits": WEIGHT_BITS_SHAPE, "p_base": unsigned(w.param_addr),
     })
 
 
-def gemm_params(op: GemmOp) -> dict:
-    """:func:`gemm_params_layout`'s values for ``op``."""
+def gemm_params(op: GemmOp, config: AcceleratorConfig) -> dict:
+    """:func:`gemm_params_layout`'s values for ``op``. Output pixel ``p``'s first channel is
+    element ``p * out_stride`` of the destination (its words times the bank width, or its
+    channels when packed); a packed destination's last tile writes only its channels."""
+    dest = op.dest
     return {"window": window_params(op.source, op.dest, op.kernel, op.stride, op.padding),
             "folded": int(op.folded), "taps_w": op.row_tiles if op.folded else op.kernel[1],
             "ct_count": 1 if op.folded else op.channel_tiles, "k_tiles": op.k_tiles, "nt_count": op.n_tiles,
-            "block": op.block, "pixels": op.pixels, "out_cw": op.dest.words_per_pixel,
+            "block": op.block, "pixels": op.pixels,
+            "out_stride": dest.channels if dest.packed_lanes else dest.words_per_pixel * config.bank_width,
+            "out_channels": dest.channels if dest.packed_lanes else op.n_tiles * config.cols,
             "out_base": op.dest.base, "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base}
 
 
@@ -54,8 +61,9 @@ def step_layout(w: Widths, cfg: AcceleratorConfig) -> data.StructLayout:
 
     The activations are the ``rows`` lanes from lane ``lane`` of word ``act_addr`` on (into
     the next word when they run past it); rows outside ``[row_lo, row_hi)``, and all rows
-    when ``pad``, read the zero point instead."""
-    out_groups = cfg.bank_width // cfg.cols
+    when ``pad``, read the zero point instead. The results are the ``out_count`` lanes
+    from lane ``out_lane`` of word ``out_addr`` on (into the next word when the destination
+    is packed)."""
     return data.StructLayout({
         "act_addr": unsigned(w.act_addr), "lane": range(cfg.bank_width), "pad": 1,
         "row_lo": range(cfg.rows + 1), "row_hi": range(cfg.rows + 1),
@@ -63,7 +71,7 @@ def step_layout(w: Widths, cfg: AcceleratorConfig) -> data.StructLayout:
         "first": 1, "last": 1,
         "acc_addr": unsigned(w.acc_addr),
         "p_addr": unsigned(w.param_addr),
-        "out_addr": unsigned(w.act_addr), "out_group": unsigned(bits_for(out_groups - 1)),
+        "out_addr": unsigned(w.act_addr), "out_lane": range(cfg.bank_width), "out_count": range(cfg.cols + 1),
     })
 
 
@@ -92,7 +100,6 @@ class StepGenerator(wiring.Component):
     def __init__(self, widths: Widths, config: AcceleratorConfig, folding: bool = False):
         self._w, self._cfg, self._folding = widths, config, folding
         self._in_groups = config.bank_width // config.rows
-        self._out_groups = config.bank_width // config.cols
         super().__init__({
             "params": In(gemm_params_layout(widths)),
             "start": In(1),
@@ -118,7 +125,7 @@ class StepGenerator(wiring.Component):
         nt, kt, ct = (Signal(w.tile, name=n) for n in ("nt", "kt", "ct"))
         i, j = Signal(w.coord), Signal(w.coord)
         ct_word, ct_group = Signal(w.coord), Signal(bits_for(self._in_groups - 1))
-        nt_word, nt_group = Signal(w.coord), Signal(bits_for(self._out_groups - 1))
+        nt_first = Signal(w.act_element)                   # nt * cols: the tile's first channel
         m0, cnt = Signal(w.pixel), Signal(w.tile)          # block's first pixel; pixel in block
         w_nt_base = Signal(w.weight_addr)
         # Raster position of the current pixel, and of the block's first one.
@@ -192,10 +199,13 @@ class StepGenerator(wiring.Component):
             m.d.sync += nt.eq(0)
         with m.Elif(next_tile):
             m.d.sync += [nt.eq(nt + 1), w_nt_base.eq(w_nt_base + p.k_tiles)]
-        self._word_and_group(m, nt_group, nt_word, self._out_groups, advance=next_tile, reset=start)
+        with m.If(start):
+            m.d.sync += nt_first.eq(0)
+        with m.Elif(next_tile):
+            m.d.sync += nt_first.eq(nt_first + self._cfg.cols)
 
         return SimpleNamespace(running=running, nt=nt, kt=kt, i=i, j=j, ct_word=ct_word, ct_group=ct_group,
-                               nt_word=nt_word, nt_group=nt_group, pixel=m0 + cnt, cnt=cnt,
+                               nt_first=nt_first, pixel=m0 + cnt, cnt=cnt,
                                w_nt_base=w_nt_base, oy=oy, ox=ox, ibase=ibase, end_of_k=end_of_k)
 
     def elaborate(self, platform):
@@ -207,32 +217,44 @@ class StepGenerator(wiring.Component):
         layout = step_layout(w, self._cfg)
         rows = self._cfg.rows
         s0, s0_valid = Signal(layout), Signal()
-        s0_pixel, s0_nt_word = Signal(w.pixel), Signal(w.coord)
+        s0_pixel, s0_nt_first = Signal(w.pixel), Signal(w.act_element)
+        s0_count = Signal(range(self._cfg.cols + 1))
         m.submodules.window = window = WindowAddress(w)
         m.d.sync += [
             s0_valid.eq(n.running),
             s0.lane.eq(n.ct_group * rows), s0.row_lo.eq(0), s0.row_hi.eq(rows),
             s0.w_addr.eq(n.w_nt_base + n.kt), s0.w_bits.eq(p.w_bits),
             s0.first.eq(n.kt == 0), s0.last.eq(n.end_of_k), s0.acc_addr.eq(n.cnt),
-            s0.p_addr.eq(p.p_base + n.nt), s0.out_group.eq(n.nt_group),
+            s0.p_addr.eq(p.p_base + n.nt),
             window.tap.oy.eq(n.oy), window.tap.ox.eq(n.ox), window.tap.i.eq(n.i), window.tap.j.eq(n.j),
             window.tap.image_base.eq(n.ibase), window.tap.word.eq(n.ct_word),
-            s0_pixel.eq(n.pixel), s0_nt_word.eq(n.nt_word),
+            s0_pixel.eq(n.pixel), s0_nt_first.eq(n.nt_first),
         ]
+        # The tile's channels that exist: all cols, but in a packed destination's last tile.
+        cols = self._cfg.cols
+        left = Signal(w.act_element)
+        m.d.comb += left.eq(p.out_channels - n.nt_first)
+        m.d.sync += s0_count.eq(Mux(left < cols, left, cols))
         m.d.comb += window.window.eq(p.window)
 
         # Stages 1 to WindowAddress.LATENCY: the input address (window pipeline), and the
-        # output address (its multiplication a stage of its own too).
-        out_offset, out_addr = Signal(w.act_addr), Signal(w.act_addr)
-        m.d.sync += [out_offset.eq(s0_pixel * p.out_cw),
-                     out_addr.eq(p.out_base + out_offset + delayed(m, s0_nt_word, 1, "nt_word"))]
+        # output's: element pixel * out_stride + nt * cols of the destination (stages 1, 2),
+        # its word and lane (3), the word from the base (4).
+        out_offset, out_element = Signal(w.act_element), Signal(w.act_element)
+        out_word, out_lane, out_addr = Signal(w.act_addr), Signal(range(self._cfg.bank_width)), Signal(w.act_addr)
+        m.d.sync += [out_offset.eq(s0_pixel * p.out_stride),
+                     out_element.eq(out_offset + delayed(m, s0_nt_first, 1, "nt_first"))]
+        word, lane = divmod_by_constant(m, out_element, self._cfg.bank_width)
+        m.d.sync += [out_word.eq(word), out_lane.eq(lane), out_addr.eq(p.out_base + out_word)]
         valid = delay_line(m, s0_valid, WindowAddress.LATENCY, "valid")
         m.d.comb += [
             self.steps.valid.eq(valid[-1]),
             self.steps.payload.eq(delayed(m, s0, WindowAddress.LATENCY, "s")),
             self.steps.payload.act_addr.eq(window.addr),
             self.steps.payload.pad.eq(window.pad),
-            self.steps.payload.out_addr.eq(delayed(m, out_addr, WindowAddress.LATENCY - 2, "out_addr")),
+            self.steps.payload.out_addr.eq(delayed(m, out_addr, WindowAddress.LATENCY - 4, "out_addr")),
+            self.steps.payload.out_lane.eq(delayed(m, out_lane, WindowAddress.LATENCY - 3, "out_lane")),
+            self.steps.payload.out_count.eq(delayed(m, s0_count, WindowAddress.LATENCY, "out_count")),
         ]
         if self._folding:
             m.submodules.folded_window = folded = FoldedWindowAddress(w, rows, self._cfg.bank_width)

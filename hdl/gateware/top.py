@@ -83,7 +83,7 @@ class NeuralNetworkAccelerator(wiring.Component):
         m.submodules.pool = pool = PoolEngine.for_ops(w, lanes, bits, pool_ops)
         pool_words = max([1] + [op.read_words for op in pool_ops])
         m.submodules.activations = act = ActivationMemory(prog.activation_words, w.act_addr, lanes, bits,
-                                                          load_words, pool_words)
+                                                          load_words, pool_words, GemmEngine.write_words_for(prog))
         m.submodules.loader = loader = InputLoader(prog.input, prog.words_per_beat, cfg.input_bus_bits,
                                                    w.act_addr, lanes, bits, load_words)
         m.submodules.ops = ops = OpTable(prog, w)
