@@ -110,6 +110,27 @@ def test_mixed_width_cnn_matches_reference(simulator, simulate_case):
     simulate_case(case, simulator, seed=9)
 
 
+def test_pytorch_default_qconfig_model_runs_exactly(simulate_case):
+    """A model quantized by PyTorch's eager mode with its default x86 qconfig (weights
+    per channel over the whole qint8 range, -128 included) imports unchanged and runs
+    exactly on Verilator."""
+    import torch.ao.quantization as tq
+
+    from pytorch_ref.frontends.torch_ao import import_torch_ao, torch_ao_quantize
+    from pytorch_ref.zoo import data, models, train
+    engine = torch.backends.quantized.engine
+    try:
+        split = data.dataset("mlp")
+        converted = torch_ao_quantize(train.trained_model("mlp", log=lambda *a: None), split.x_train,
+                                      engine="x86", qconfig=tq.get_default_qconfig("x86"))
+    finally:
+        torch.backends.quantized.engine = engine
+    quantized = import_torch_ao(converted, models.INPUT_SHAPES["mlp"], name="mlp_x86")
+    assert min(int(layer.weight.min()) for layer in quantized.weighted_layers) == -128
+    case = make_case(quantized, AcceleratorConfig(rows=4, cols=8), split.x_test[:4])
+    simulate_case(case, seed=12)
+
+
 # Measured cycles of each op (hardware counters; `make sim` prints them per layer). An op
 # that takes more than 2% over its figure fails, and so does one 2% under it: then the
 # figures here are out of date and must follow the new schedule.

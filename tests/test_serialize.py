@@ -217,7 +217,7 @@ def test_cli_save_model(tmp_path, monkeypatch):
     from hdl.__main__ import main
     from pytorch_ref.zoo import train
     model = tiny_dense()
-    monkeypatch.setattr(train, "quantize_trained", lambda name: SimpleNamespace(quantized=model))
+    monkeypatch.setattr(train, "quantize_trained", lambda name, weight_bits=None: SimpleNamespace(quantized=model))
     path = tmp_path / "mlp.npz"
     assert main(["save-model", "--model", "mlp", "-o", str(path)]) == 0
     assert_identical(model, load_model(path))

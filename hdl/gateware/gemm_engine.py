@@ -8,8 +8,9 @@ Data path of one step issued at cycle ``t`` (all latencies derived from the conf
     t+A      A = 2 + array latency: the ``cols`` partial sums leave the array together
              first step of a tile pass: + bias; else + accumulator; not last: write back
     t+A+1    registered sums enter the requantizer
-    t+A+6    the requantizer's result (``Requantizer.LATENCY`` = 5) is written to the
-             activation memory
+    t+A+1+L  the requantizer's result (``L = Requantizer.LATENCY``) is written to the
+             activation memory: ``out_count`` lanes from lane ``out_lane`` of word
+             ``out_addr`` on, into the next word for a packed destination
 
 The accumulator memory is read two cycles before the sums arrive and its output is
 registered, so that no path runs from the block RAM through the adder back into it.
