@@ -60,6 +60,9 @@ class PoolEngine(wiring.Component):
     write: writes of finished output words (whole words unless packed).
     """
 
+    #: Cycles from a read's address to its data in the engine's register.
+    DATA_LATENCY = 2
+
     def __init__(self, widths: Widths, bank_width: int, data_bits: int, read_words: int = 1, packed: bool = False,
                  row_reads: tuple[tuple[int, int], ...] = ()):
         if not 1 <= read_words <= BANKS:
@@ -141,18 +144,22 @@ class PoolEngine(wiring.Component):
                      window.tap.oy.eq(oy), window.tap.ox.eq(ox), window.tap.i.eq(i), window.tap.j.eq(j),
                      window.tap.image_base.eq(ibase), window.tap.word.eq(word)]
         m.d.comb += [window.window.eq(g), self.read.addr.eq(window.addr)]
-        tags = delay_line(m, tag, WindowAddress.LATENCY + 1, "tag")
+        tags = delay_line(m, tag, WindowAddress.LATENCY + self.DATA_LATENCY, "tag")
 
-        # Data arrives a cycle after the address. A read of several taps becomes one of
-        # their lane-wise maximum first; then a running maximum, lane-wise over the words.
-        at_data, pad = tags[-1], delayed(m, window.pad, 1, "pad")
+        # Data arrives a cycle after the address and is registered as it leaves the block
+        # RAMs (their clock-to-out and the route from them take a cycle of their own). A
+        # read of several taps becomes one of their lane-wise maximum first; then a running
+        # maximum, lane-wise over the words.
+        at_data, pad = tags[-1], delayed(m, window.pad, self.DATA_LATENCY, "pad")
         read_lanes = self._read_words * bank
+        read_data = Signal.like(self.read.data, name="read_data")
+        m.d.sync += read_data.eq(self.read.data)
         read = Signal(data.ArrayLayout(signed(self._data_bits), read_lanes))
-        m.d.comb += read.eq(self.read.data)
+        m.d.comb += read.eq(read_data)
         for taps, words in self._row_reads:                 # (params are held until the last write)
             with m.If((p.taps == taps) & (p.words == words)):
                 for lane in range(words * bank):
-                    values = [self.read.data[t * words * bank + lane] for t in range(taps)]
+                    values = [read_data[t * words * bank + lane] for t in range(taps)]
                     best_tap = values[0]
                     for value in values[1:]:
                         best_tap = Mux(value > best_tap, value, best_tap)
