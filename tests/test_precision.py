@@ -1,6 +1,4 @@
 """Weight widths per layer: the semantics' ranges, the policy, the quantizer, the errors."""
-import warnings
-
 import numpy as np
 import pytest
 import torch

@@ -41,7 +41,7 @@ def _tight_widths(g) -> Widths:
     coords = [g[k] for k in ("in_h", "in_w", "in_cw", "kh", "kw", "sh", "sw", "ph", "pw", "out_h", "out_w")]
     pixels = [g["images"] * g["in_pixels"], g["images"] * g["out_h"] * g["out_w"]]
     words = g["in_base"] + g["images"] * g["in_pixels"] * g["in_cw"]
-    return Widths(act_addr=bits_for(words), act_element=bits_for(words * 16), weight_addr=4, weight_word=4,
+    return Widths(act_addr=bits_for(words), act_element=bits_for(words * 16), weight_addr=4,
                   param_addr=4, coord=bits_for(max(coords)) + 1, pixel=bits_for(max(pixels)) + 1, acc_addr=4, tile=4)
 
 

@@ -16,7 +16,6 @@ class Widths:
     act_addr: int        # activation memory address
     act_element: int     # element (lane) offset within the activation memory
     weight_addr: int     # weight tile address (see weight_packing)
-    weight_word: int     # weight memory word address
     param_addr: int      # parameter word address
     coord: int           # unsigned pixel coordinate / extent / kernel / stride / padding
     pixel: int           # pixel index within a tensor
@@ -39,7 +38,6 @@ class Widths:
                        + [op.n_tiles * cfg.cols for op in program.gemm_ops])
         return cls(act_addr=bits_for(program.activation_words), act_element=bits_for(elements),
                    weight_addr=bits_for(max(op.weight_base + op.n_tiles * op.k_tiles - 1 for op in program.gemm_ops)),
-                   weight_word=bits_for(len(program.weight_words) - 1),
                    param_addr=bits_for(max(1, len(program.bias))),
                    coord=bits_for(max(coords)) + 1,
                    pixel=bits_for(max(pixels)) + 1,

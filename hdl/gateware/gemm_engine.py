@@ -73,7 +73,7 @@ class GemmEngine(wiring.Component):
     def __init__(self, program: Program, widths: Widths):
         cfg: AcceleratorConfig = program.config
         self._program, self._cfg, self._w = program, cfg, widths
-        self._packed = any(op.dest.packed_lanes for op in program.gemm_ops)
+        self._packed = self.write_words_for(program) == 2
         super().__init__({
             "steps": In(step_stream(widths, cfg)),
             "zero_point": In(signed(cfg.data_bits)),

@@ -51,7 +51,7 @@ def gemm_params(op: GemmOp, config: AcceleratorConfig) -> dict:
             "folded": int(op.folded), "taps_w": op.row_tiles if op.folded else op.kernel[1],
             "ct_count": 1 if op.folded else op.channel_tiles, "k_tiles": op.k_tiles, "nt_count": op.n_tiles,
             "block": op.block, "pixels": op.pixels,
-            "out_stride": dest.channels if dest.packed_lanes else dest.words_per_pixel * config.bank_width,
+            "out_stride": dest.pixel_stride * (1 if dest.packed_lanes else config.bank_width),
             "out_channels": dest.channels if dest.packed_lanes else op.n_tiles * config.cols,
             "out_base": op.dest.base, "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base}
 

@@ -16,13 +16,10 @@ from amaranth.lib.wiring import In, Out
 from hdl.compiler.weight_packing import LANE_BITS, tiles_per_word, word_shift
 
 
-def _pack_lanes(lanes: np.ndarray, bits: int) -> list[int]:
-    """``[words, lanes]`` signed values to words, lane 0 in the least significant bits."""
-    if bits == 8:                      # the common case, as bytes: fast on big ROMs
-        raw = lanes.astype(np.int8).view(np.uint8)
-        return [int.from_bytes(row.tobytes(), "little") for row in raw]
-    mask = (1 << bits) - 1
-    return [sum((int(v) & mask) << (i * bits) for i, v in enumerate(row)) for row in lanes]
+def _pack_lanes(lanes: np.ndarray) -> list[int]:
+    """``[words, lanes]`` lane bytes to words, lane 0 in the least significant byte."""
+    raw = lanes.astype(np.int8).view(np.uint8)
+    return [int.from_bytes(row.tobytes(), "little") for row in raw]
 
 
 def diagonal_members(rows: int, cols: int, d: int) -> list[tuple[int, int]]:
@@ -115,7 +112,7 @@ class WeightMemory(wiring.Component):
             m.d.comb += word.eq(self.addr)
         for d in range(rows + cols - 1):
             members = diagonal_members(rows, cols, d)
-            init = _pack_lanes(self._words[:, [r for r, _ in members], [c for _, c in members]], LANE_BITS)
+            init = _pack_lanes(self._words[:, [r for r, _ in members], [c for _, c in members]])
             # Raw words (lanes packed little-endian) initialise much faster than views.
             bank = memory.Memory(shape=unsigned(LANE_BITS * len(members)), depth=len(self._words), init=init)
             m.submodules[f"bank{d}"] = bank
