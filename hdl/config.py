@@ -8,6 +8,8 @@ from dataclasses import dataclass
 INPUT_BUS_BITS = 1024
 #: Width of the top level's ``output_data`` port: one-hot of the predicted class.
 OUTPUT_CLASSES = 10
+#: Where the requantizer's products may be computed (see :class:`AcceleratorConfig`).
+REQUANTIZER_MULTIPLIERS = ("logic", "dsp")
 
 
 def _check_positive_int(name: str, value, maximum: int | None = None):
@@ -38,6 +40,11 @@ class AcceleratorConfig:
         accumulator memory). Larger means fewer weight reloads on convolutions.
     input_bus_bits:
         Width of ``input_data``; the sketch fixes it at 1024.
+    requantizer_multipliers:
+        Where the requantizer's ``cols`` 32x31-bit products are computed: ``"logic"``
+        (adder trees, the default: no DSP block beyond one a PE, so that an ECP5-85F's
+        156 multipliers go to the array) or ``"dsp"`` (four 18x18 DSP multipliers a
+        column, fewer LUTs).
     """
     rows: int = 8
     cols: int = 8
@@ -45,6 +52,7 @@ class AcceleratorConfig:
     accumulator_bits: int = 32
     accumulator_depth: int = 256
     input_bus_bits: int = INPUT_BUS_BITS
+    requantizer_multipliers: str = "logic"
 
     def __post_init__(self):
         _check_positive_int("array rows", self.rows, maximum=64)
@@ -61,6 +69,9 @@ class AcceleratorConfig:
         if self.input_bus_bits % self.data_bits:
             raise ValueError(f"input bus bits must be a multiple of {self.data_bits}, "
                              f"not {self.input_bus_bits!r}")
+        if self.requantizer_multipliers not in REQUANTIZER_MULTIPLIERS:
+            raise ValueError(f"requantizer multipliers must be one of {', '.join(map(repr, REQUANTIZER_MULTIPLIERS))}, "
+                             f"not {self.requantizer_multipliers!r}")
         if self.bank_width > self.input_values_per_beat:
             raise ValueError(f"the activation word (lcm of rows and cols = {self.bank_width} values) must fit "
                              f"one input beat ({self.input_values_per_beat} values of {self.data_bits} bits); "

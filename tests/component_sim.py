@@ -1,21 +1,7 @@
-"""Run an async Amaranth testbench until it returns (the clock stops with it).
-
-:func:`tests.amaranth_sim.run_testbench` runs to a fixed deadline, which keeps the clock
-ticking long after a short testbench ends; component tests here stop with their
-testbench instead, and bound their own loops.
-"""
+"""Helpers of the component tests: the testbench runner, memory read-back, random shapes."""
 import numpy as np
 
-from amaranth.sim import Simulator
-
-
-def run_bench(dut, testbench, *, clock: bool = True):
-    """``clock=False`` for purely combinational components (no ``sync`` domain)."""
-    sim = Simulator(dut)
-    if clock:
-        sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
+from tests.amaranth_sim import run_testbench as run_bench  # noqa: F401 (the tests' name for it)
 
 
 def read_tensor(mem, placement, bank: int):

@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from hdl.config import AcceleratorConfig
 from sim.cases import random_case
@@ -34,3 +35,25 @@ def test_wrong_expected_output_is_reported_not_raised(tmp_path):
     assert bad["mismatch"]["element"] == 7 and bad["mismatch"]["index"] == list(np.unravel_index(7, wrong[1].shape))
     assert bad["mismatch"]["expected"] == int(flat[7]) and bad["mismatch"]["actual"] == int(case.expected[1].reshape(-1)[7])
     assert bad["mismatch"]["mismatches"] == 1
+
+
+def test_amaranth_testbench_deadline_fails_a_hung_testbench():
+    """The component tests' runner stops a testbench that never ends, with a failure."""
+    from amaranth import Elaboratable, Module, Signal
+    from tests.amaranth_sim import run_testbench
+
+    class Toggle(Elaboratable):
+        def __init__(self):
+            self.x = Signal()
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.x.eq(~self.x)
+            return m
+
+    async def hung(ctx):
+        while True:
+            await ctx.tick()
+
+    with pytest.raises(AssertionError, match="did not finish within 50 cycles"):
+        run_testbench(Toggle(), hung, deadline_cycles=50)

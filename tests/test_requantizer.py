@@ -5,6 +5,7 @@ import torch
 
 from amaranth.lib import data
 
+from hdl.config import REQUANTIZER_MULTIPLIERS
 from hdl.gateware.requantizer import Requantizer
 from pytorch_ref.ir import integer_semantics as sem
 from tests.amaranth_sim import run_testbench
@@ -24,7 +25,8 @@ VECTORS = [
 ]
 
 
-def test_requantizer_matches_semantics():
+@pytest.mark.parametrize("multipliers", REQUANTIZER_MULTIPLIERS)
+def test_requantizer_matches_semantics(multipliers):
     lanes = 2
     rng = np.random.default_rng(7)
     vectors = list(VECTORS)
@@ -35,11 +37,12 @@ def test_requantizer_matches_semantics():
         zp = int(rng.integers(-128, 128))
         vectors.append((int(rng.integers(-2 ** 20, 2 ** 20)), int(rng.integers(2 ** 30, 2 ** 31)),
                         int(rng.integers(20, 40)), zp, max(-128, zp), 127))
-    _check_requantizer(vectors, 32)
+    _check_requantizer(vectors, 32, multipliers)
 
 
+@pytest.mark.parametrize("multipliers", REQUANTIZER_MULTIPLIERS)
 @pytest.mark.parametrize("acc_bits", [17, 24, 40])
-def test_requantizer_at_other_accumulator_widths(acc_bits):
+def test_requantizer_at_other_accumulator_widths(acc_bits, multipliers):
     """Accumulators of one, two and three 17-bit chunks (the DSP multipliers' operands),
     with their extreme values (int32's beyond 32 bits, the semantics' limit), and the
     largest shifts: a 17-bit accumulator's product is narrower than 2**(62-1), the
@@ -50,10 +53,10 @@ def test_requantizer_at_other_accumulator_widths(acc_bits):
     for _ in range(60):
         vectors.append((int(rng.integers(low, high + 1)), int(rng.integers(2 ** 30, 2 ** 31)),
                         int(rng.integers(1, 63)), int(rng.integers(-128, 128)), -128, 127))
-    _check_requantizer(vectors, acc_bits)
+    _check_requantizer(vectors, acc_bits, multipliers)
 
 
-def _check_requantizer(vectors, acc_bits):
+def _check_requantizer(vectors, acc_bits, multipliers):
     lanes = 2
 
     def lane_input(a):                   # lane 1 sees the negation (which int32 cannot hold for its minimum)
@@ -61,7 +64,7 @@ def _check_requantizer(vectors, acc_bits):
 
     expected = [[int(sem.requantize_half_up(np.array([x]), np.array([m]), np.array([s]), z, lo, hi)[0])
                  for x in lane_input(a)] for a, m, s, z, lo, hi in vectors]
-    dut = Requantizer(lanes, acc_bits, 8, data.StructLayout({"id": 8}))
+    dut = Requantizer(lanes, acc_bits, 8, data.StructLayout({"id": 8}), multipliers)
 
     async def bench(ctx):
         got = []

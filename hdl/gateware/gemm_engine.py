@@ -179,7 +179,8 @@ class GemmEngine(wiring.Component):
 
         tag_layout = data.StructLayout({"addr": unsigned(w.act_addr), "lane": range(cfg.bank_width),
                                         "count": range(cols + 1)})
-        m.submodules.requantizer = rq = Requantizer(cols, cfg.accumulator_bits, bits, tag_layout)
+        m.submodules.requantizer = rq = Requantizer(cols, cfg.accumulator_bits, bits, tag_layout,
+                                                         cfg.requantizer_multipliers)
         acc_out = Signal.like(total)
         tag = Signal(tag_layout)
         valid = Signal()

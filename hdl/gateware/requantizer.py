@@ -11,7 +11,9 @@ from amaranth import Const, Module, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from hdl.config import REQUANTIZER_MULTIPLIERS
 from hdl.gateware.pipeline import delay_line
+from hdl.gateware.shift_add import pipelined_shift_add_product
 from pytorch_ref.ir import integer_semantics as sem
 
 MULTIPLIER_BITS = sem.MULTIPLIER_BITS             # signed; values in [2**30, 2**31)
@@ -45,10 +47,12 @@ def _chunks(value, width: int) -> list[tuple[object, int]]:
 class Requantizer(wiring.Component):
     """``lanes`` int32 accumulators in, ``lanes`` int8 codes out, :attr:`LATENCY` cycles later.
 
-    Six pipeline stages, each short enough for the clock: the partial products of
-    17-bit chunks of the accumulator and the multiplier (one DSP multiplier each, its
-    result registered), their sums by accumulator chunk, the exact product, the rounding
-    constant, the arithmetic shift, then zero point and clamp.
+    Six pipeline stages, each short enough for the clock: three for the exact product,
+    then the rounding constant, the arithmetic shift, then zero point and clamp. The
+    product takes ``multipliers``: ``"logic"``, an adder tree of the accumulator shifted
+    by the multiplier's set bits, cut in three; or ``"dsp"``, the partial products of
+    17-bit chunks of both (one DSP multiplier each), their sums by accumulator chunk,
+    then their sum.
 
     Members
     -------
@@ -58,8 +62,11 @@ class Requantizer(wiring.Component):
     """
     LATENCY = 6
 
-    def __init__(self, lanes: int, accumulator_bits: int, data_bits: int, tag_layout):
-        self._lanes, self._acc_bits = lanes, accumulator_bits
+    def __init__(self, lanes: int, accumulator_bits: int, data_bits: int, tag_layout,
+                 multipliers: str = "logic"):
+        if multipliers not in REQUANTIZER_MULTIPLIERS:
+            raise ValueError(f"requantizer multipliers must be one of {REQUANTIZER_MULTIPLIERS}, not {multipliers!r}")
+        self._lanes, self._acc_bits, self._multipliers = lanes, accumulator_bits, multipliers
         super().__init__({
             "i_valid": In(1),
             "i_acc": In(data.ArrayLayout(signed(accumulator_bits), lanes)),
@@ -83,26 +90,14 @@ class Requantizer(wiring.Component):
         clamp_max = delay_line(m, p.clamp_max, self.LATENCY - 1, "clamp_max")[-1]
         for lane in range(self._lanes):
             shift = delay_line(m, p.shift[lane], 4, f"shift{lane}")
-            # 1: partial products, one DSP multiplier each.
-            acc_chunks = _chunks(Value.cast(self.i_acc[lane]), self._acc_bits)
-            mult_chunks = _chunks(Value.cast(p.multiplier[lane]), MULTIPLIER_BITS)
-            partial = []
-            for a, (acc_chunk, acc_at) in enumerate(acc_chunks):
-                row = []
-                for b, (mult_chunk, mult_at) in enumerate(mult_chunks):
-                    reg = Signal(signed(len(acc_chunk) + len(mult_chunk) + 1), name=f"partial{lane}_{a}_{b}")
-                    m.d.sync += reg.eq(acc_chunk * mult_chunk)
-                    row.append((reg, mult_at))
-                partial.append((row, acc_at))
-            # 2: the partial products of each accumulator chunk, summed.
-            sums = []
-            for a, (row, acc_at) in enumerate(partial):
-                total = Signal(signed(product_bits + 1), name=f"sum{lane}_{a}")
-                m.d.sync += total.eq(sum(reg << at for reg, at in row))
-                sums.append((total, acc_at))
-            # 3: the exact product.
-            product = Signal(signed(product_bits), name=f"product{lane}")
-            m.d.sync += product.eq(sum(total << at for total, at in sums))
+            # 1-3: the exact product.
+            if self._multipliers == "dsp":
+                product = self._dsp_product(m, lane, product_bits)
+            else:
+                # The multiplier is never negative (the semantics' range): its low bits suffice.
+                product = pipelined_shift_add_product(
+                    m, self.i_acc[lane], Value.cast(p.multiplier[lane])[:MULTIPLIER_BITS - 1], product_bits,
+                    stages=3, name=f"product{lane}")
             # 4: add 2**(shift-1), so that the shift rounds half up. (Wide enough for the
             # largest shift even when the product is narrower: a narrow accumulator.)
             rounding = Signal(unsigned(rounding_bits), name=f"half{lane}")
@@ -123,3 +118,26 @@ class Requantizer(wiring.Component):
             with m.Else():
                 m.d.sync += out.eq(with_zp)
         return m
+
+    def _dsp_product(self, m, lane: int, product_bits: int):
+        """Stages 1-3 on DSP multipliers: the partial products of 17-bit chunks of the
+        accumulator and the multiplier (one DSP each, its result registered), their sums by
+        accumulator chunk, then the exact product."""
+        acc_chunks = _chunks(Value.cast(self.i_acc[lane]), self._acc_bits)
+        mult_chunks = _chunks(Value.cast(self.i_params.multiplier[lane]), MULTIPLIER_BITS)
+        partial = []
+        for a, (acc_chunk, acc_at) in enumerate(acc_chunks):
+            row = []
+            for b, (mult_chunk, mult_at) in enumerate(mult_chunks):
+                reg = Signal(signed(len(acc_chunk) + len(mult_chunk) + 1), name=f"partial{lane}_{a}_{b}")
+                m.d.sync += reg.eq(acc_chunk * mult_chunk)
+                row.append((reg, mult_at))
+            partial.append((row, acc_at))
+        sums = []
+        for a, (row, acc_at) in enumerate(partial):
+            total = Signal(signed(product_bits + 1), name=f"sum{lane}_{a}")
+            m.d.sync += total.eq(sum(reg << at for reg, at in row))
+            sums.append((total, acc_at))
+        product = Signal(signed(product_bits), name=f"product{lane}")
+        m.d.sync += product.eq(sum(total << at for total, at in sums))
+        return product

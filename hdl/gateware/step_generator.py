@@ -24,6 +24,7 @@ from hdl.compiler.program import GemmOp
 from hdl.compiler.widths import Widths, bits_for
 from hdl.config import AcceleratorConfig
 from hdl.gateware.pipeline import delay_line, delayed
+from hdl.gateware.shift_add import shift_add_product
 from hdl.gateware.weight_memory import WEIGHT_BITS_SHAPE
 from hdl.gateware.window import (FoldedWindowAddress, WindowAddress, divmod_by_constant, window_layout,
                                 window_params)
@@ -222,7 +223,7 @@ class StepGenerator(wiring.Component):
         m.submodules.window = window = WindowAddress(w)
         m.d.sync += [
             s0_valid.eq(n.running),
-            s0.lane.eq(n.ct_group * rows), s0.row_lo.eq(0), s0.row_hi.eq(rows),
+            s0.lane.eq(shift_add_product(n.ct_group, rows, len(s0.lane))), s0.row_lo.eq(0), s0.row_hi.eq(rows),
             s0.w_addr.eq(n.w_nt_base + n.kt), s0.w_bits.eq(p.w_bits),
             s0.first.eq(n.kt == 0), s0.last.eq(n.end_of_k), s0.acc_addr.eq(n.cnt),
             s0.p_addr.eq(p.p_base + n.nt),
@@ -242,7 +243,7 @@ class StepGenerator(wiring.Component):
         # its word and lane (3), the word from the base (4).
         out_offset, out_element = Signal(w.act_element), Signal(w.act_element)
         out_word, out_lane, out_addr = Signal(w.act_addr), Signal(range(self._cfg.bank_width)), Signal(w.act_addr)
-        m.d.sync += [out_offset.eq(s0_pixel * p.out_stride),
+        m.d.sync += [out_offset.eq(shift_add_product(s0_pixel, p.out_stride, len(out_offset))),
                      out_element.eq(out_offset + delayed(m, s0_nt_first, 1, "nt_first"))]
         word, lane = divmod_by_constant(m, out_element, self._cfg.bank_width)
         m.d.sync += [out_word.eq(word), out_lane.eq(lane), out_addr.eq(p.out_base + out_word)]

@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.compiler.program import TensorPlacement
 from hdl.compiler.widths import Widths
 from hdl.gateware.pipeline import delayed
+from hdl.gateware.shift_add import shift_add_product
 
 
 def window_layout(w: Widths) -> data.StructLayout:
@@ -48,9 +49,9 @@ def tap_layout(w: Widths) -> data.StructLayout:
 class WindowAddress(wiring.Component):
     """The input address of a tap, :attr:`LATENCY` cycles after the tap.
 
-    Every multiplication has a stage of its own with a registered result, so that no
-    path runs from a DSP block through an adder (the products' low bits are all that the
-    sums keep, so truncating them to the sums' widths changes nothing):
+    Every multiplication (a shift-add tree: :mod:`hdl.gateware.shift_add`) has a stage of
+    its own with a registered result (the products' low bits are all that the sums keep,
+    so truncating them to the sums' widths changes nothing):
 
     1. ``oy * sh``, ``ox * sw``; 2. the input coordinates and the padding test;
     3. ``iy * in_w``; 4. the pixel index; 5. ``pixel * in_cw``; 6. the memory address
@@ -90,14 +91,14 @@ class WindowAddress(wiring.Component):
         s2_base, s2_word = delayed(m, s1_base, 1, "s2_base"), delayed(m, s1_word, 1, "s2_word")
 
         s3_row = Signal(signed(w.pixel + 1))
-        m.d.sync += s3_row.eq(s2_iy * g.in_w)
+        m.d.sync += s3_row.eq(shift_add_product(s2_iy, g.in_w, len(s3_row)))
         s3_ix, s3_base = delayed(m, s2_ix, 1, "s3_ix"), delayed(m, s2_base, 1, "s3_base")
 
         s4_pixel = Signal(w.pixel)
         m.d.sync += s4_pixel.eq(s3_base + s3_row + s3_ix)
 
         s5_offset = Signal(w.act_addr)
-        m.d.sync += s5_offset.eq(s4_pixel * g.in_cw)
+        m.d.sync += s5_offset.eq(shift_add_product(s4_pixel, g.in_cw, len(s5_offset)))
         word = delayed(m, s2_word, 3, "s5_word")
         pad = delayed(m, s2_pad, 3, "s5_pad")
 
@@ -109,7 +110,8 @@ def _window_products(m: Module, w: Widths, g, tap):
     """Stage 1 of both window pipelines: ``oy * sh`` and ``ox * sw``, registered."""
     coord_s = signed(w.coord + 1)
     oy_sh, ox_sw = Signal(coord_s, name="oy_sh"), Signal(coord_s, name="ox_sw")
-    m.d.sync += [oy_sh.eq(tap.oy * g.sh), ox_sw.eq(tap.ox * g.sw)]
+    m.d.sync += [oy_sh.eq(shift_add_product(tap.oy, g.sh, len(oy_sh))),
+                 ox_sw.eq(shift_add_product(tap.ox, g.sw, len(ox_sw)))]
     return SimpleNamespace(oy_sh=oy_sh, ox_sw=ox_sw)
 
 
@@ -147,7 +149,7 @@ class FoldedWindowAddress(wiring.Component):
         # Stage 1: oy * sh, ox * sw; the tile's offset in the kernel row.
         s1 = _window_products(m, w, g, tap)
         s1_off = Signal(elem_s)
-        m.d.sync += s1_off.eq(tap.j * rows)
+        m.d.sync += s1_off.eq(shift_add_product(tap.j, rows, len(s1_off)))
         s1_i, s1_base = delayed(m, tap.i, 1, "s1_i"), delayed(m, tap.image_base, 1, "s1_base")
 
         # Stage 2: the kernel row's input row and first column, and the padding around it.
@@ -163,7 +165,9 @@ class FoldedWindowAddress(wiring.Component):
         # Stage 3: iy * in_w, and the inside taps' extent in elements.
         s3_row = Signal(signed(w.pixel + 1))
         s3_left, s3_right = Signal(elem_s), Signal(elem_s)
-        m.d.sync += [s3_row.eq(s2_iy * g.in_w), s3_left.eq(s2_left * g.in_cw), s3_right.eq(s2_right * g.in_cw)]
+        m.d.sync += [s3_row.eq(shift_add_product(s2_iy, g.in_w, len(s3_row))),
+                     s3_left.eq(shift_add_product(s2_left, g.in_cw, len(s3_left))),
+                     s3_right.eq(shift_add_product(s2_right, g.in_cw, len(s3_right)))]
         s3_ix0, s3_base, s3_off = (delayed(m, v, 1, n) for v, n in (
             (s2_ix0, "s3_ix0"), (s2_base, "s3_base"), (s2_off, "s3_off")))
 
@@ -175,7 +179,7 @@ class FoldedWindowAddress(wiring.Component):
 
         # Stage 5: pixel * in_cw.
         s5_elements = Signal(elem_s)
-        m.d.sync += s5_elements.eq(s4_pixel * g.in_cw)
+        m.d.sync += s5_elements.eq(shift_add_product(s4_pixel, g.in_cw, len(s5_elements)))
         s5_off, s5_lo, s5_hi = (delayed(m, v, 1, n) for v, n in ((s4_off, "s5_off"), (s4_lo, "s5_lo"), (s4_hi, "s5_hi")))
         pad = delayed(m, s2_pad, 3, "s5_pad")
 
@@ -183,7 +187,7 @@ class FoldedWindowAddress(wiring.Component):
         # (The guard words before a packed tensor keep the element of an inside kernel row
         # positive.)
         element = Signal(elem_s)
-        m.d.comb += element.eq(g.in_base * bank + s5_elements + s5_off)
+        m.d.comb += element.eq(shift_add_product(g.in_base, bank, len(element)) + s5_elements + s5_off)
         word, lane = divmod_by_constant(m, element.as_unsigned()[:len(element) - 1], bank)
         m.d.sync += [self.addr.eq(Mux(pad, 0, word)), self.lane.eq(lane), self.pad.eq(pad)]
         for bound, value in ((self.row_lo, s5_lo), (self.row_hi, s5_hi)):
@@ -204,7 +208,7 @@ def divmod_by_constant(m: Module, value, divisor: int):
     else:
         k = len(high) + odd.bit_length()
         quotient = Signal(len(high), name="quotient")
-        m.d.comb += quotient.eq((high * -(-(1 << k) // odd)) >> k)
+        m.d.comb += quotient.eq(shift_add_product(high, -(-(1 << k) // odd), k + len(high))[k:])
     remainder = Signal(range(divisor), name="remainder")
-    m.d.comb += remainder.eq(value - quotient * divisor)
+    m.d.comb += remainder.eq(value - shift_add_product(quotient, divisor, n))
     return quotient, remainder
