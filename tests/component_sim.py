@@ -1,7 +1,23 @@
 """Helpers of the component tests: the testbench runner, memory read-back, random shapes."""
+from collections import deque
+
 import numpy as np
 
+from hdl.gateware.activation_memory import ActivationMemory
 from tests.amaranth_sim import run_testbench as run_bench  # noqa: F401 (the tests' name for it)
+
+
+class ReadLatency:
+    """The activation memory's read latency in a test's memory model: call it once a cycle,
+    after the edge, with the words read at that edge; it returns what the read port shows
+    now, the words read ``ActivationMemory.READ_LATENCY - 1`` edges earlier (``idle`` before)."""
+
+    def __init__(self, idle):
+        self._pending = deque([idle] * (ActivationMemory.READ_LATENCY - 1))
+
+    def __call__(self, words):
+        self._pending.append(words)
+        return self._pending.popleft()
 
 
 def read_tensor(mem, placement, bank: int):

@@ -1,5 +1,7 @@
 """Control-side components on Amaranth's simulator, against Python models:
 ``PerfCounters``, ``ActivationMemory``, ``OpTable`` and ``Sequencer``."""
+from collections import deque
+
 import numpy as np
 import pytest
 
@@ -127,6 +129,7 @@ def test_activation_memory_reader_selection_and_write_priority():
     stats = {"collisions": 0, "partial": 0, "reads": {r: 0 for r in Reader}}
 
     async def bench(ctx):
+        pending = deque()                   # (cycle, reader, words) of the reads in flight
         for t in range(300):
             reader = list(Reader)[int(rng.integers(3))]
             ctx.set(dut.reader, reader)
@@ -146,7 +149,7 @@ def test_activation_memory_reader_selection_and_write_priority():
                 if valid and winner is None:
                     winner = (addr, data, enables)
             stats["collisions"] += sum(valids) > 1
-            want = _words(mem, addrs[reader], lanes, 4)
+            pending.append((t, reader, _words(mem, addrs[reader], lanes, 4)))
             await ctx.tick()
             if winner is not None:
                 addr, data, enables = winner
@@ -154,12 +157,14 @@ def test_activation_memory_reader_selection_and_write_priority():
                 for lane in range(lanes):
                     if enables >> lane & 1:
                         mem[addr][lane] = data[lane]
-            # The selected reader's words, one cycle later, on every read port (one, two or
-            # four of them from the address on).
-            for r, port in readers.items():
-                got = [int(v) for v in ctx.get(port.data)]
-                assert got == want[:READ_WORDS[r] * lanes], f"cycle {t}, reader {reader}, port {r}"
-            stats["reads"][reader] += 1
+            # The selected reader's words, READ_LATENCY cycles later, on every read port
+            # (one, two or four of them from the address on).
+            if len(pending) == ActivationMemory.READ_LATENCY:
+                at, by, want = pending.popleft()
+                for r, port in readers.items():
+                    got = [int(v) for v in ctx.get(port.data)]
+                    assert got == want[:READ_WORDS[r] * lanes], f"cycle {at}, reader {by}, port {r}"
+                stats["reads"][by] += 1
         # Read back everything through each reader in turn, with no writes.
         for port in writers:
             ctx.set(port.valid, 0)
@@ -167,7 +172,7 @@ def test_activation_memory_reader_selection_and_write_priority():
             ctx.set(dut.reader, reader)
             for addr in range(depth):
                 ctx.set(port.addr, addr)
-                await ctx.tick()
+                await ctx.tick().repeat(ActivationMemory.READ_LATENCY)
                 want = _words(mem, addr, lanes, READ_WORDS[reader])
                 assert [int(v) for v in ctx.get(port.data)] == want
 
@@ -199,7 +204,7 @@ def test_activation_memory_wide_loads(load_words):
         ctx.set(dut.reader, Reader.POOL)
         for addr in range(depth):
             ctx.set(dut.pool_read.addr, addr)
-            await ctx.tick()
+            await ctx.tick().repeat(ActivationMemory.READ_LATENCY)
             assert [int(v) for v in ctx.get(dut.pool_read.data)] == _words(mem, addr, lanes, 4), addr
 
     run_bench(dut, bench)

@@ -29,7 +29,7 @@ from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, QuantizedModel, QuantParams,
                                             Requantization)
 from pytorch_ref.reference import run_integer_reference, run_layer
-from tests.component_sim import random_array, run_bench, read_tensor
+from tests.component_sim import ReadLatency, random_array, run_bench, read_tensor
 
 
 # --- WeightMemory ---------------------------------------------------------------------------
@@ -216,6 +216,7 @@ def _run_gemm_ops(program, mem):
     results = []
 
     async def bench(ctx):
+        delay_read = ReadLatency([0] * (2 * bank))
         for op in program.gemm_ops:
             before = [list(w) for w in mem]
             ctx.set(gen.params, layout.const(gemm_params(op, program.config)))
@@ -251,7 +252,7 @@ def _run_gemm_ops(program, mem):
                         if lanes >> lane & 1:
                             assert waddr + lane // bank < len(mem), f"{op.name}: write past the memory"
                             mem[waddr + lane // bank][lane % bank] = wdata[lane]
-                ctx.set(gemm.read.data, data)
+                ctx.set(gemm.read.data, delay_read(data))
                 idle = idle + 1 if not ctx.get(gen.busy) else 0
                 cycle += 1
                 assert cycle < op.steps + latency + 60, f"{op.name}: busy never fell"

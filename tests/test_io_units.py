@@ -19,7 +19,7 @@ from hdl.gateware.output_unit import OutputUnit
 from hdl.host import int_to_words, pack_input, tensor_to_words, unpack_output, words_to_int, words_to_tensor
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, QuantizedModel, QuantParams,
                                             Requantization)
-from tests.component_sim import run_bench
+from tests.component_sim import ReadLatency, run_bench
 
 BITS = 8
 
@@ -150,6 +150,7 @@ def _run_output_unit(program, memories, seed, *, ready_probability=0.5):
     runs = []
 
     async def bench(ctx):
+        delay_read = ReadLatency([0] * program.config.bank_width)
         for mem in memories:
             ctx.set(dut.start, 1)
             beats, dones, addr, cycles = [], 0, None, 0
@@ -164,7 +165,7 @@ def _run_output_unit(program, memories, seed, *, ready_probability=0.5):
                 addr = ctx.get(dut.read.addr)
                 await ctx.tick()
                 ctx.set(dut.start, 0)
-                ctx.set(dut.read.data, mem[addr] if addr < len(mem) else [0] * program.config.bank_width)
+                ctx.set(dut.read.data, delay_read(mem[addr] if addr < len(mem) else [0] * program.config.bank_width))
                 cycles += 1
                 assert cycles < 500, "no last beat"
                 if done:

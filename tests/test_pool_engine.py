@@ -13,7 +13,7 @@ from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, MaxPool2dLayer, QuantizedModel, QuantParams,
                                             Requantization)
 from pytorch_ref.reference import run_layer
-from tests.component_sim import run_bench, read_tensor
+from tests.component_sim import ReadLatency, run_bench, read_tensor
 
 
 def _program(rows, cols, batch):
@@ -165,6 +165,7 @@ def _check_pool_ops(program, layers, seed):
     results = []
 
     async def bench(ctx):
+        delay_read = ReadLatency([0] * (read_words * bank))
         for op in pool_ops:
             before = [list(w) for w in mem]
             ctx.set(dut.params, layout.const(pool_params(op, bank)))
@@ -190,7 +191,7 @@ def _check_pool_ops(program, layers, seed):
                     for lane in range(bank):
                         if write[2] >> lane & 1:
                             mem[write[0]][lane] = write[1][lane]
-                ctx.set(dut.read.data, data)
+                ctx.set(dut.read.data, delay_read(data))
                 cycles += 1
                 assert cycles < 2 * op.steps + 20, "busy never fell"
             # Nothing more is written once busy has fallen.
@@ -250,6 +251,7 @@ def test_padding_never_wins():
     dut = PoolEngine(widths, bank, program.config.data_bits, op.words_per_read)
 
     async def bench(ctx):
+        delay_read = ReadLatency([0] * (op.words_per_read * bank))
         ctx.set(dut.params, pool_params_layout(widths, bank).const(pool_params(op, bank)))
         ctx.set(dut.start, 1)
         for cycle in range(op.steps + 20):
@@ -258,8 +260,8 @@ def test_padding_never_wins():
                 if ctx.get(dut.write.valid) else None
             await ctx.tick()
             ctx.set(dut.start, 0)
-            ctx.set(dut.read.data, [v for a in range(addr, addr + op.words_per_read)
-                                    for v in (mem[a] if a < len(mem) else [0] * bank)])
+            ctx.set(dut.read.data, delay_read([v for a in range(addr, addr + op.words_per_read)
+                                               for v in (mem[a] if a < len(mem) else [0] * bank)]))
             if write:
                 mem[write[0]] = write[1]
 

@@ -13,10 +13,11 @@ from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.program import READ_WORDS
+from hdl.gateware.pipeline import delayed
 
 
 def read_port(addr_bits: int, lanes: int, data_bits: int) -> wiring.Signature:
-    """A read: the address out, the word back one cycle later."""
+    """A read: the address out, the word back :attr:`ActivationMemory.READ_LATENCY` cycles later."""
     return window_read_port(addr_bits, lanes, data_bits, 1)
 
 
@@ -61,6 +62,8 @@ class ActivationMemory(wiring.Component):
     ``load_words`` consecutive words at once, ``gemm_write`` ``gemm_write_words``.
     """
     WRITERS = ("load", "gemm_write", "pool_write")
+    #: Cycles from a read's address to its data: the block RAM's, then a register.
+    READ_LATENCY = 2
 
     def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int, load_words: int = 1,
                  pool_words: int = BANKS, gemm_write_words: int = 1):
@@ -115,14 +118,16 @@ class ActivationMemory(wiring.Component):
         first_bank = addr[:shift]
         for number, rd in enumerate(reads):
             m.d.comb += rd.addr.eq((addr + ((number - first_bank) & (BANKS - 1))) >> shift)
+        # Each bank's read data is registered beside it: the block RAM's clock-to-output
+        # time is long, and the reordering and the readers' logic come after it.
+        bank_data = [Signal(word, name=f"bank{index}_data") for index in range(BANKS)]
+        m.d.sync += [reg.eq(rd.data) for reg, rd in zip(bank_data, reads)]
         # Word k of the read comes from bank (first_bank + k) % BANKS.
-        at_data = Signal(shift)
-        m.d.sync += at_data.eq(first_bank)
         ordered = [Signal(word, name=f"word{k}") for k in range(BANKS)]
-        with m.Switch(at_data):
+        with m.Switch(delayed(m, first_bank, self.READ_LATENCY, "at_data")):
             for first in range(BANKS):
                 with m.Case(first):
-                    m.d.comb += [ordered[k].eq(reads[(first + k) % BANKS].data) for k in range(BANKS)]
+                    m.d.comb += [ordered[k].eq(bank_data[(first + k) % BANKS]) for k in range(BANKS)]
         for name, words in self._readers.values():
             m.d.comb += getattr(self, name).data.eq(Cat(*ordered[:words]))
         return m

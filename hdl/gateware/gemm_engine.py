@@ -3,9 +3,10 @@
 Data path of one step issued at cycle ``t`` (all latencies derived from the config)::
 
     t        activation memory read: the step's word and the next one
-    t+1      select the ``rows`` lanes from the step's lane on; padding rows read the zero point
-    t+2      vector enters the systolic array; weights follow in diagonal skew
-    t+A      A = 2 + array latency: the ``cols`` partial sums leave the array together
+    t+R      R = its read latency: select the ``rows`` lanes from the step's lane on;
+             padding rows read the zero point
+    t+R+1    vector enters the systolic array; weights follow in diagonal skew
+    t+A      A = R + 1 + array latency: the ``cols`` partial sums leave the array together
              first step of a tile pass: + bias; else + accumulator; not last: write back
     t+A+1    registered sums enter the requantizer
     t+A+1+L  the requantizer's result (``L = Requantizer.LATENCY``) is written to the
@@ -27,7 +28,7 @@ from hdl.config import AcceleratorConfig
 from hdl.gateware.pipeline import delayed
 from hdl.compiler.program import Program
 from hdl.gateware.requantizer import Requantizer, requant_params_layout
-from hdl.gateware.activation_memory import window_read_port, write_port
+from hdl.gateware.activation_memory import ActivationMemory, window_read_port, write_port
 from hdl.gateware.step_generator import step_layout, step_stream
 from hdl.gateware.systolic_array import SystolicArray
 from hdl.gateware.weight_memory import WeightMemory
@@ -65,7 +66,8 @@ class GemmEngine(wiring.Component):
     -------
     steps: In stream, from the step generator.
     zero_point: In, the op's input zero point (read by padding taps).
-    read: a read port of two consecutive words (one cycle after the address).
+    read: a read port of two consecutive words (``ActivationMemory.READ_LATENCY`` cycles
+    after the address).
     write: writes of up to ``cols`` lanes from any lane of a word on: into one word, or,
     when some op writes a packed destination, :meth:`write_words_for` two consecutive ones.
     """
@@ -88,7 +90,7 @@ class GemmEngine(wiring.Component):
         return 2 if any(op.dest.packed_lanes for op in program.gemm_ops) else 1
 
     #: Cycles from a step to its vector entering the array (memory read, lane select).
-    INPUT_LATENCY = 2
+    INPUT_LATENCY = ActivationMemory.READ_LATENCY + 1
 
     @property
     def sum_latency(self) -> int:
@@ -111,7 +113,7 @@ class GemmEngine(wiring.Component):
 
         # Activation read and lane selection.
         m.d.comb += self.read.addr.eq(step.act_addr)
-        step1 = delayed(m, step, 1, "step")
+        step1 = delayed(m, step, ActivationMemory.READ_LATENCY, "step")
         x_vec = Signal(data.ArrayLayout(signed(bits), rows))
         # Unfolded steps start at a group of rows lanes; folded ones anywhere.
         starts = range(cfg.bank_width) if any(op.folded for op in prog.gemm_ops) else \

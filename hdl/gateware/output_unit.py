@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.compiler.program import Program
 from hdl.compiler.widths import Widths, bits_for
 from hdl.config import OUTPUT_CLASSES
-from hdl.gateware.activation_memory import read_port
+from hdl.gateware.activation_memory import ActivationMemory, read_port
 from pytorch_ref.ir import integer_semantics as sem
 
 
@@ -72,7 +72,10 @@ class OutputUnit(wiring.Component):
                     m.next = "ISSUE"
             with m.State("ISSUE"):
                 m.d.sync += [read_addr.eq(read_addr + 1), words_left.eq(words_left - 1)]
-                m.next = "CAPTURE"
+                m.next = "WAIT1" if ActivationMemory.READ_LATENCY > 1 else "CAPTURE"
+            for wait in range(1, ActivationMemory.READ_LATENCY):     # the read's latency
+                with m.State(f"WAIT{wait}"):
+                    m.next = f"WAIT{wait + 1}" if wait + 1 < ActivationMemory.READ_LATENCY else "CAPTURE"
             with m.State("CAPTURE"):
                 with m.Switch(slot):
                     for s in range(wpb):

@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.program import PoolOp
 from hdl.compiler.widths import Widths
-from hdl.gateware.activation_memory import BANKS, window_read_port, write_port
+from hdl.gateware.activation_memory import BANKS, ActivationMemory, window_read_port, write_port
 from hdl.gateware.pipeline import delay_line, delayed
 from hdl.gateware.window import WindowAddress, window_layout, window_params
 from pytorch_ref.ir import integer_semantics as sem
@@ -51,7 +51,8 @@ class PoolEngine(wiring.Component):
     """Members
     -------
     params: In, held while busy; start: In (pulse, ignored while busy); busy: Out.
-    read: the activation memory's read port of ``read_words`` words (one cycle after the address).
+    read: the activation memory's read port of ``read_words`` words (``READ_LATENCY`` cycles
+    after the address).
 
     ``read_words`` (the most any pool op of the program reads at once), ``packed``
     (whether any writes packed) and ``row_reads`` (the ``(taps_per_read, words_per_read)``
@@ -61,7 +62,7 @@ class PoolEngine(wiring.Component):
     """
 
     #: Cycles from a read's address to its data in the engine's register.
-    DATA_LATENCY = 2
+    DATA_LATENCY = ActivationMemory.READ_LATENCY + 1
 
     def __init__(self, widths: Widths, bank_width: int, data_bits: int, read_words: int = 1, packed: bool = False,
                  row_reads: tuple[tuple[int, int], ...] = ()):
@@ -146,8 +147,8 @@ class PoolEngine(wiring.Component):
         m.d.comb += [window.window.eq(g), self.read.addr.eq(window.addr)]
         tags = delay_line(m, tag, WindowAddress.LATENCY + self.DATA_LATENCY, "tag")
 
-        # Data arrives a cycle after the address and is registered as it leaves the block
-        # RAMs (their clock-to-out and the route from them take a cycle of their own). A
+        # Data arrives from the memory's bank registers through its word reordering, and is
+        # registered again here (the reordering and the route take a cycle of their own). A
         # read of several taps becomes one of their lane-wise maximum first; then a running
         # maximum, lane-wise over the words.
         at_data, pad = tags[-1], delayed(m, window.pad, self.DATA_LATENCY, "pad")
