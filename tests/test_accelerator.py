@@ -7,6 +7,7 @@ from torch import nn
 
 from hdl.config import AcceleratorConfig
 from hdl.compiler.program import GemmOp
+from hdl.gateware.activation_memory import ActivationMemory
 from hdl.gateware.window import WindowAddress
 from pytorch_ref.frontends.float_model import quantize_model
 from sim.cases import make_case, random_case, trained_case
@@ -26,7 +27,7 @@ def test_dense_models_match_reference(model, rows, cols, simulator, simulate_cas
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
 # add at most a few cycles); these bounds catch a change that slows the schedule.
-CYCLE_BOUNDS = {("linear", 8, 8): 435, ("mlp", 8, 8): 130}
+CYCLE_BOUNDS = {("linear", 8, 8): 435, ("mlp", 8, 8): 134}
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))
@@ -135,10 +136,10 @@ def test_pytorch_default_qconfig_model_runs_exactly(simulate_case):
 # that takes more than 2% over its figure fails, and so does one 2% under it: then the
 # figures here are out of date and must follow the new schedule.
 PINNED_OP_CYCLES = {
-    ("lenet", 8, 8): [12836, 1616, 26916, 273, 7316, 6336, 162],
-    ("lenet", 4, 8): [22432, 1616, 49952, 273, 14032, 12632, 282],
-    ("stem", 8, 8): [8228, 2320], ("stem", 4, 8): [14368, 2320],
-    ("dwsep", 8, 8): [2340, 548], ("dwsep", 4, 8): [4640, 1056],
+    ("lenet", 8, 8): [12837, 1617, 26917, 274, 7317, 6337, 163],
+    ("lenet", 4, 8): [22433, 1617, 49953, 274, 14033, 12633, 283],
+    ("stem", 8, 8): [8229, 2321], ("stem", 4, 8): [14369, 2321],
+    ("dwsep", 8, 8): [2341, 549], ("dwsep", 4, 8): [4641, 1057],
 }
 PINNED_TOLERANCE = 0.02
 
@@ -161,7 +162,7 @@ def test_pinned_cycle_check_fails_on_a_slower_op():
             self.results = [{"phases": [[int(c * (factor if i == 2 else 1)), 0] for i, c in enumerate(pinned)]}]
     check_pinned_cycles(("lenet", 8, 8), Report(1.0))
     check_pinned_cycles(("lenet", 8, 8), Report(1.019))
-    with pytest.raises(AssertionError, match="op 2: 27723 cycles"):
+    with pytest.raises(AssertionError, match="op 2: 27724 cycles"):
         check_pinned_cycles(("lenet", 8, 8), Report(1.03))
     with pytest.raises(AssertionError, match="update PINNED_OP_CYCLES"):
         check_pinned_cycles(("lenet", 8, 8), Report(0.97))
@@ -175,7 +176,7 @@ def check_phase_cycles(case, report):
     """
     cfg = case.program.config
     # The op's set-up and start, the address pipeline, the array's fill and the write drain.
-    overhead = cfg.rows + cfg.cols + 14 + WindowAddress.LATENCY
+    overhead = cfg.rows + cfg.cols + 13 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY
     for result in report.results:
         phases = result["phases"]
         assert sum(cycles for cycles, _ in phases) == result["cycles"]
