@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from hdl.build import build_top
-from hdl.config import AcceleratorConfig
+from hdl.config import REQUANTIZER_MULTIPLIERS, AcceleratorConfig
 from hdl.writers import to_verilog, to_vhdl, write_atomically
 from pytorch_ref.frontends.precision import WEIGHT_BITS_HELP
 from pytorch_ref.ir.atomic_file import check_output_path
@@ -52,6 +52,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         writer.add_argument("--weight-bits", metavar="SPEC", help=WEIGHT_BITS_HELP + " (with --model)")
         writer.add_argument("--rows", type=int, default=8)
         writer.add_argument("--cols", type=int, default=8)
+        writer.add_argument("--requantizer-multipliers", choices=REQUANTIZER_MULTIPLIERS, default="logic",
+                            help="the requantizer's products in logic (default: the array keeps every DSP) "
+                                 "or on DSP blocks (four 18x18 a column)")
         writer.add_argument("-o", "--output", required=True)
         writer.add_argument("--allow-large", action="store_true",
                             help="generate a design over the on-chip memory limit (hdl.build.MEMORY_LIMIT_BITS)")
@@ -79,7 +82,8 @@ def main(argv=None) -> int:
         print(f"wrote {args.output}: {model.name}, {len(model.layers)} layers")
         return 0
     try:
-        config = AcceleratorConfig(rows=args.rows, cols=args.cols)
+        config = AcceleratorConfig(rows=args.rows, cols=args.cols,
+                                   requantizer_multipliers=args.requantizer_multipliers)
     except (TypeError, ValueError) as error:
         command.error(str(error))
     if args.model_file is not None:

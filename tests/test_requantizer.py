@@ -94,3 +94,20 @@ def test_semantics_hand_checked_vectors():
     results = [int(sem.requantize_half_up(torch.tensor([a]), torch.tensor([m]), torch.tensor([s]), z, lo, hi)[0])
                for a, m, s, z, lo, hi in VECTORS[:7]]
     assert results == [3, -2, -3, 4, 127, -128, 10]
+
+
+@pytest.mark.parametrize("multipliers, extra_per_column", [("logic", 0), ("dsp", 4)])
+def test_only_the_array_multiplies_by_default(multipliers, extra_per_column):
+    """The DSP budget: Yosys maps each ``$mul`` cell to DSP blocks, and a design with
+    the requantizer in logic has one a PE and none elsewhere (window, output address,
+    divide-by-constant and requantizer products are adder trees)."""
+    from amaranth.back import rtlil
+
+    from hdl.config import AcceleratorConfig
+    from hdl.gateware.top import NeuralNetworkAccelerator
+    from sim.cases import random_case
+
+    config = AcceleratorConfig(rows=3, cols=4, requantizer_multipliers=multipliers)   # 12-lane words: / 3
+    case = random_case("lenet", config, count=1)
+    text = rtlil.convert(NeuralNetworkAccelerator(case.program), name="top")
+    assert text.count("cell $mul ") == config.pes + extra_per_column * config.cols
