@@ -52,9 +52,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         writer.add_argument("--weight-bits", metavar="SPEC", help=WEIGHT_BITS_HELP + " (with --model)")
         writer.add_argument("--rows", type=int, default=8)
         writer.add_argument("--cols", type=int, default=8)
-        writer.add_argument("--requantizer-multipliers", choices=REQUANTIZER_MULTIPLIERS, default="logic",
-                            help="the requantizer's products in logic (default: the array keeps every DSP) "
-                                 "or on DSP blocks (four 18x18 a column)")
+        writer.add_argument("--requantizer-multipliers", choices=REQUANTIZER_MULTIPLIERS, default="dsp",
+                            help="the requantizer's products on DSP blocks (default: four 18x18 a column) "
+                                 "or in logic (then the array has every DSP block)")
         writer.add_argument("-o", "--output", required=True)
         writer.add_argument("--allow-large", action="store_true",
                             help="generate a design over the on-chip memory limit (hdl.build.MEMORY_LIMIT_BITS)")

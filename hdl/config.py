@@ -9,7 +9,7 @@ INPUT_BUS_BITS = 1024
 #: Width of the top level's ``output_data`` port: one-hot of the predicted class.
 OUTPUT_CLASSES = 10
 #: Where the requantizer's products may be computed (see :class:`AcceleratorConfig`).
-REQUANTIZER_MULTIPLIERS = ("logic", "dsp")
+REQUANTIZER_MULTIPLIERS = ("dsp", "logic")
 
 
 def _check_positive_int(name: str, value, maximum: int | None = None):
@@ -41,10 +41,10 @@ class AcceleratorConfig:
     input_bus_bits:
         Width of ``input_data``; the sketch fixes it at 1024.
     requantizer_multipliers:
-        Where the requantizer's ``cols`` 32x31-bit products are computed: ``"logic"``
-        (adder trees, the default: no DSP block beyond one a PE, so that an ECP5-85F's
-        156 multipliers go to the array) or ``"dsp"`` (four 18x18 DSP multipliers a
-        column, fewer LUTs).
+        Where the requantizer's ``cols`` 32x31-bit products are computed: ``"dsp"`` (the
+        default: four 18x18 DSP multipliers a column) or ``"logic"`` (adder trees: no DSP
+        block beyond one a PE, so that all of an ECP5-85F's 156 go to the array, at about
+        2,500 LUT4 a column).
     """
     rows: int = 8
     cols: int = 8
@@ -52,7 +52,7 @@ class AcceleratorConfig:
     accumulator_bits: int = 32
     accumulator_depth: int = 256
     input_bus_bits: int = INPUT_BUS_BITS
-    requantizer_multipliers: str = "logic"
+    requantizer_multipliers: str = "dsp"
 
     def __post_init__(self):
         _check_positive_int("array rows", self.rows, maximum=64)

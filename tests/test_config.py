@@ -17,7 +17,7 @@ from hdl.config import AcceleratorConfig
     ({"accumulator_bits": 64}, ValueError, r"^accumulator bits must be at most 48, not 64$"),
     ({"accumulator_depth": 0}, ValueError, r"^accumulator depth must be a positive integer, not 0$"),
     ({"requantizer_multipliers": "luts"}, ValueError,
-     r"^requantizer multipliers must be one of 'logic', 'dsp', not 'luts'$"),
+     r"^requantizer multipliers must be one of 'dsp', 'logic', not 'luts'$"),
     ({"input_bus_bits": 1020}, ValueError, r"^input bus bits must be a multiple of 8, not 1020$"),
     ({"rows": 63, "cols": 64}, ValueError, r"^the activation word \(lcm of rows and cols = 4032 values\) "
                                            r"must fit one input beat \(128 values of 8 bits\); pick rows and "

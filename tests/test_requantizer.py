@@ -97,10 +97,10 @@ def test_semantics_hand_checked_vectors():
 
 
 @pytest.mark.parametrize("multipliers, extra_per_column", [("logic", 0), ("dsp", 4)])
-def test_only_the_array_multiplies_by_default(multipliers, extra_per_column):
-    """The DSP budget: Yosys maps each ``$mul`` cell to DSP blocks, and a design with
-    the requantizer in logic has one a PE and none elsewhere (window, output address,
-    divide-by-constant and requantizer products are adder trees)."""
+def test_only_the_array_and_requantizer_multiply(multipliers, extra_per_column):
+    """The DSP budget: Yosys maps each ``$mul`` cell to DSP blocks. There is one a PE, the
+    requantizer's four a column unless they are in logic, and none elsewhere (window,
+    output address and divide-by-constant products are adder trees)."""
     from amaranth.back import rtlil
 
     from hdl.config import AcceleratorConfig

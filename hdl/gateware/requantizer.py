@@ -63,7 +63,7 @@ class Requantizer(wiring.Component):
     LATENCY = 6
 
     def __init__(self, lanes: int, accumulator_bits: int, data_bits: int, tag_layout,
-                 multipliers: str = "logic"):
+                 multipliers: str = "dsp"):
         if multipliers not in REQUANTIZER_MULTIPLIERS:
             raise ValueError(f"requantizer multipliers must be one of {REQUANTIZER_MULTIPLIERS}, not {multipliers!r}")
         self._lanes, self._acc_bits, self._multipliers = lanes, accumulator_bits, multipliers
