@@ -1,6 +1,7 @@
 """A model and a configuration to the accelerator's top-level component."""
 from hdl.compiler.program import Program, lower
 from hdl.config import AcceleratorConfig
+from hdl.gateware.axi.top import NeuralNetworkAcceleratorAxi, frame_shapes
 from hdl.gateware.top import NeuralNetworkAccelerator
 
 #: The on-chip memory a design may have unless the caller allows more (``allow_large``,
@@ -23,9 +24,14 @@ def check_size(program: Program, allow_large: bool = False):
                          f"allow_large=True (--allow-large on the command line)")
 
 
-def build_top(model, config: AcceleratorConfig, allow_large: bool = False) -> NeuralNetworkAccelerator:
-    """Lower ``model`` (a :class:`QuantizedModel`) for ``config`` and build its top level;
-    raises ``ValueError`` if it does not fit ``config`` or exceeds :data:`MEMORY_LIMIT_BITS`."""
+def build_top(model, config: AcceleratorConfig, allow_large: bool = False,
+              axi_tdata_bits: tuple[int, int] | None = None) -> NeuralNetworkAccelerator | NeuralNetworkAcceleratorAxi:
+    """Lower ``model`` (a :class:`QuantizedModel`) for ``config`` and build its top level,
+    or with ``axi_tdata_bits`` (input and output TDATA widths) its AXI wrapper; raises
+    ``ValueError`` if it does not fit ``config`` or exceeds :data:`MEMORY_LIMIT_BITS`."""
     program = lower(model, config)
     check_size(program, allow_large)
+    if axi_tdata_bits is not None:
+        frame_shapes(program, *axi_tdata_bits)       # a bad width raises before any component exists
+        return NeuralNetworkAcceleratorAxi(program, *axi_tdata_bits)
     return NeuralNetworkAccelerator(program)

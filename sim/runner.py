@@ -85,7 +85,7 @@ def icarus_time_zero_fix(verilog_text: str) -> str:
     return fixed
 
 
-def _verilator_ports_only(build_dir: Path) -> list[str]:
+def _verilator_ports_only(build_dir: Path, top_name: str = TOP_NAME) -> list[str]:
     """Verilator options that make only the top level's ports visible to cocotb.
 
     cocotb's runner passes ``--public-flat-rw``, which keeps every internal signal as a
@@ -94,7 +94,7 @@ def _verilator_ports_only(build_dir: Path) -> list[str]:
     the ports, so a control file makes just those public.
     """
     control = build_dir / "ports_only.vlt"
-    write_atomically(control, f'`verilator_config\npublic_flat_rw -module "{TOP_NAME}" -var "*"\n')
+    write_atomically(control, f'`verilator_config\npublic_flat_rw -module "{top_name}" -var "*"\n')
     return ["--no-public-flat-rw", str(control)]
 
 
@@ -110,32 +110,47 @@ def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarr
     a reset in the middle of an inference before the given input's own inference, and
     back-pressure held for that many cycles on its first output beat.
     """
+    out, build_seconds = run_cocotb(
+        NeuralNetworkAccelerator(program), TOP_NAME, "sim.testbench",
+        {"program": program, "inputs": inputs, "expected": expected, "seed": seed,
+         "gap_probability": gap_probability, "stall_probability": stall_probability, "faults": faults},
+        simulator=simulator, build_dir=build_dir)
+    return SimulationReport(simulator, out["results"], out["sim_cycles"], out["wall_seconds"], build_seconds)
+
+
+def run_cocotb(top, top_name: str, test_module: str, case: dict, *, simulator: str,
+               build_dir: str | os.PathLike) -> tuple[dict, float]:
+    """Write ``top`` as HDL named ``top_name`` for ``simulator``, build it and run the cocotb
+    module ``test_module`` on it. The testbench reads ``case`` from the pickle named by
+    ``NNACCEL_CASE`` and writes its results as JSON to ``NNACCEL_RESULTS``.
+
+    Returns the results and the seconds the HDL generation and build took. A testbench
+    that failed after writing its results returns them (the caller checks them); one that
+    wrote none raises ``RuntimeError``, as does a failed build (with the log's tail).
+    """
     if simulator not in SIMULATORS:
         raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
     _environment()
     build_dir = Path(build_dir).resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
-    top = NeuralNetworkAccelerator(program)
     start = time.perf_counter()
     if simulator == "ghdl":
-        source = build_dir / f"{TOP_NAME}.vhd"
-        write_atomically(source, to_vhdl(top))
+        source = build_dir / f"{top_name}.vhd"
+        write_atomically(source, to_vhdl(top, top_name))
     else:
-        source = build_dir / f"{TOP_NAME}.v"
-        text = to_verilog(top)
+        source = build_dir / f"{top_name}.v"
+        text = to_verilog(top, top_name)
         write_atomically(source, icarus_time_zero_fix(text) if simulator == "icarus" else text)
     case_file, results_file = build_dir / "case.pkl", build_dir / "results.json"
     with open(case_file, "wb") as f:
-        pickle.dump({"program": program, "inputs": inputs, "expected": expected, "seed": seed,
-                     "gap_probability": gap_probability, "stall_probability": stall_probability,
-                     "faults": faults}, f)
+        pickle.dump(case, f)
     if results_file.exists():
         results_file.unlink()
 
     runner = get_runner(simulator)
     build_log = build_dir / "build.log"
-    build_kwargs = dict(hdl_toplevel=TOP_NAME, build_dir=build_dir, always=True, log_file=build_log)
-    test_kwargs = dict(hdl_toplevel=TOP_NAME, test_module="sim.testbench", build_dir=build_dir,
+    build_kwargs = dict(hdl_toplevel=top_name, build_dir=build_dir, always=True, log_file=build_log)
+    test_kwargs = dict(hdl_toplevel=top_name, test_module=test_module, build_dir=build_dir,
                        extra_env={"NNACCEL_CASE": str(case_file), "NNACCEL_RESULTS": str(results_file),
                                   "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     try:
@@ -143,7 +158,8 @@ def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarr
             runner.build(sources=[source], build_args=["--std=08"], **build_kwargs)
             test_kwargs["test_args"] = ["--std=08"]
         else:
-            args = ["-Wno-WIDTH", "-Wno-fatal", *_verilator_ports_only(build_dir)] if simulator == "verilator" else []
+            args = (["-Wno-WIDTH", "-Wno-fatal", *_verilator_ports_only(build_dir, top_name)]
+                    if simulator == "verilator" else [])
             runner.build(sources=[source], build_args=args, timescale=("1ns", "1ps"), **build_kwargs)
             test_kwargs["test_dir"] = build_dir
             test_kwargs["timescale"] = ("1ns", "1ps")
@@ -155,12 +171,11 @@ def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarr
         runner.test(**test_kwargs)
     except SystemExit as exit_:
         # Under pytest, cocotb's runner exits when a cocotb test fails, which the
-        # testbench's mismatch assertion does; the mismatch itself is in the results file.
+        # testbench's assertions do; what failed is in the results file.
         if not results_file.exists():
             raise RuntimeError(f"{simulator}: the testbench did not finish (exit {exit_.code}); "
                                f"see {build_dir}") from None
     if not results_file.exists():
         raise RuntimeError(f"{simulator}: the testbench did not finish; see {build_dir}")
     with open(results_file) as f:
-        out = json.load(f)
-    return SimulationReport(simulator, out["results"], out["sim_cycles"], out["wall_seconds"], build_seconds)
+        return json.load(f), build_seconds

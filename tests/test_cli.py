@@ -112,3 +112,26 @@ def test_weight_bits_do_not_apply_to_a_model_file(model_file, tmp_path, capsys):
 def test_sim_weight_bits_error(tmp_path, capsys):
     err = _error(capsys, sim_main, ["--model", "mlp", "--weight-bits", "dense=9", "--build-dir", str(tmp_path)])
     assert "error: dense: weight bits must be an integer in [2, 8], not 9" in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--axi", "--tdata-bits", "48"], "error: TDATA width must be one of 32, 64, 128, 256, 512, 1024, not 48"),
+    (["--tdata-bits", "64"], "error: --tdata-bits and --output-tdata-bits apply to --axi"),
+])
+def test_axi_option_errors(extra, message, model_file, tmp_path, capsys):
+    out = tmp_path / "x.v"
+    args = ["verilog", "--model-file", str(model_file), "--rows", "2", "--cols", "2", *extra, "-o", str(out)]
+    assert message in _error(capsys, hdl_main, args)
+    assert not out.exists()
+
+
+def test_axi_wrapper_and_register_files(model_file, tmp_path, capsys):
+    out = tmp_path / "axi.v"
+    assert hdl_main(["verilog", "--model-file", str(model_file), "--rows", "2", "--cols", "2", "--axi",
+                     "--tdata-bits", "64", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "module neural_network_accelerator_axi(" in text and "input [63:0] s_axis_tdata;" in text
+    for language, marker in (("c", "#define NNACCEL_STATUS 0x18u"), ("python", "STATUS = 0x18")):
+        path = tmp_path / f"regs.{language}"
+        assert hdl_main(["registers", "--language", language, "-o", str(path)]) == 0
+        assert marker in path.read_text()

@@ -58,6 +58,7 @@ padding taps read the zero point, so they add ``zp * w`` that the fold removes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from dataclasses import dataclass, field
 
@@ -271,6 +272,16 @@ class Program:
     @property
     def output_beats(self) -> int:
         return math.ceil(self.output.words / self.words_per_beat)
+
+    def fingerprint(self) -> int:
+        """The first 32 bits of a SHA-256 over the configuration, the ops, the placements and
+        every memory image: equal for the same compiled model, different for another."""
+        digest = hashlib.sha256(repr((self.config, self.ops, self.input, self.output, self.output_shape,
+                                      self.activation_words, self.batch, self.input_stacking)).encode())
+        for image in (self.weight_words, self.bias, self.multiplier, self.shift, self.zero_point,
+                      self.clamp_min, self.clamp_max):
+            digest.update(np.ascontiguousarray(image).tobytes())
+        return int.from_bytes(digest.digest()[:4], "big")
 
     @property
     def is_classifier(self) -> bool:

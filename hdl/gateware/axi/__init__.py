@@ -1,0 +1,1 @@
+"""The AXI system wrapper: register map, register file, stream framers and the top level."""
