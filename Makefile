@@ -17,22 +17,26 @@ ROWS    ?= 8
 COLS    ?= 8
 SIM     ?= verilator
 INPUTS  ?= 16
+# `make sim WAVES=1`: waveforms in the build folder (FST on Verilator, VCD on Icarus, GHW on GHDL).
+WAVES   ?=
 # Weight widths per layer, e.g. `make sim WEIGHT_BITS=dense=4` (empty: 8 bits everywhere).
 WEIGHT_BITS ?=
 WEIGHT_BITS_ARG = $(if $(WEIGHT_BITS),--weight-bits '$(WEIGHT_BITS)')
 # Parallel pytest workers for `make test` (the cocotb cases build in their own directories).
 JOBS    ?= 2
-APT_PACKAGES := iverilog ghdl ccache
+APT_PACKAGES := iverilog ghdl ccache liblz4-dev zlib1g-dev
+# What each package provides here: a command on PATH or a header (Verilator's FST traces need lz4 and zlib).
+APT_PROVIDES := iverilog ghdl ccache /usr/include/lz4.h /usr/include/zlib.h
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup sim test test-all bench verilog vhdl lint clean distclean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
-	@missing=""; for p in $(APT_PACKAGES); do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+$(STAMP): pyproject.toml Makefile
+	@missing=""; for p in $(APT_PROVIDES); do [ -e "$$p" ] || command -v $$p >/dev/null || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "setup: installing$$missing from apt"; \
+		echo "setup: missing$$missing; installing $(APT_PACKAGES) from apt"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PACKAGES); \
 	fi
 	test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
@@ -41,7 +45,8 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 sim: setup
-	$(PY) -m sim --model $(MODEL) --rows $(ROWS) --cols $(COLS) --simulator $(SIM) --inputs $(INPUTS) $(WEIGHT_BITS_ARG)
+	$(PY) -m sim --model $(MODEL) --rows $(ROWS) --cols $(COLS) --simulator $(SIM) --inputs $(INPUTS) $(WEIGHT_BITS_ARG) \
+		$(if $(filter 1 yes true,$(WAVES)),--waves)
 
 test: setup
 	$(PY) -m pytest -q -n $(JOBS) -m "not slow" --durations=15

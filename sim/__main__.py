@@ -15,7 +15,7 @@ from pytorch_ref.zoo.models import BUILDERS
 from pytorch_ref.frontends.precision import WEIGHT_BITS_HELP
 from sim.cases import trained_case
 from sim.report import print_report
-from sim.runner import SIMULATORS, simulate
+from sim.runner import SIMULATORS, simulate, waves_path
 
 
 def main(argv=None) -> int:
@@ -28,6 +28,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the stream stalls")
     parser.add_argument("--build-dir", default="build/sim")
     parser.add_argument("--weight-bits", default=None, metavar="SPEC", help=WEIGHT_BITS_HELP)
+    parser.add_argument("--waves", action="store_true",
+                        help="record waveforms in the build folder: FST (Verilator), VCD (Icarus), GHW (GHDL)")
     args = parser.parse_args(argv)
     try:
         config = AcceleratorConfig(rows=args.rows, cols=args.cols)
@@ -48,9 +50,13 @@ def main(argv=None) -> int:
         parser.error(str(error))
     print(f"[2/3] generating HDL and building with {args.simulator} in {build_dir}", flush=True)
     report = simulate(case.program, case.inputs, case.expected, simulator=args.simulator,
-                      build_dir=build_dir, seed=args.seed)
+                      build_dir=build_dir, seed=args.seed, waves=args.waves)
     print(f"[3/3] simulated {len(report.results)} inputs", flush=True)
     print_report(case, report)
+    if args.waves:
+        path = waves_path(args.simulator, build_dir)
+        print(f"waveforms: {path} ({path.stat().st_size / 1e6:.1f} MB); open with `gtkwave {path}` or `surfer {path}`"
+              if path.exists() else f"waveforms: {path} was not written")
     return 0 if report.all_match else 1
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from cocotb_tools.runner import get_runner
+from cocotb_tools.runner import Icarus, get_runner
 
 from hdl.writers import TOP_NAME, to_verilog, to_vhdl, write_atomically
 from hdl.compiler.program import Program
@@ -98,28 +98,55 @@ def _verilator_ports_only(build_dir: Path, top_name: str = TOP_NAME) -> list[str
     return ["--no-public-flat-rw", str(control)]
 
 
+#: The waveform file each simulator writes with ``waves=True``, in the build folder.
+WAVE_FORMATS = {"verilator": "fst", "icarus": "vcd", "ghdl": "ghw"}
+
+
+class _IcarusVcd(Icarus):
+    """cocotb's Icarus runner, dumping VCD instead of FST (its only choice) with ``waves``."""
+
+    def _waves_file(self) -> str:
+        return f"{self.hdl_toplevel}.vcd"
+
+    def _create_iverilog_dump_file(self) -> None:
+        path = self.build_dir / self._waves_file()
+        with open(self.iverilog_dump_file, "w") as f:
+            f.write(f'module cocotb_iverilog_dump();\ninitial begin\n    $dumpfile("{path}");\n'
+                    f'    $dumpvars(0, {self.hdl_toplevel});\nend\nendmodule\n')
+
+    def _test_command(self):
+        return [[("-vcd" if arg == "-fst" else arg) for arg in command] for command in super()._test_command()]
+
+
+def waves_path(simulator: str, build_dir: str | os.PathLike, top_name: str = TOP_NAME) -> Path:
+    """Where a run with ``waves=True`` leaves its waveforms."""
+    name = "dump.fst" if simulator == "verilator" else f"{top_name}.{WAVE_FORMATS[simulator]}"
+    return Path(build_dir).resolve() / name
+
+
 def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarray], *,
              simulator: str, build_dir: str | os.PathLike, seed: int = 0,
              gap_probability: float = 0.3, stall_probability: float = 0.3,
-             faults: dict | None = None) -> SimulationReport:
+             faults: dict | None = None, waves: bool = False) -> SimulationReport:
     """Generate HDL for ``program``, simulate ``inputs`` and compare with ``expected``.
 
     Every case must have its own ``build_dir``. Returns the report; a mismatch is in it,
     not raised (the caller decides), but a testbench that did not run raises.
     ``faults``: ``{"reset_at": {input: cycles or "output"}, "stall": {input: cycles}}``,
     a reset in the middle of an inference before the given input's own inference, and
-    back-pressure held for that many cycles on its first output beat.
+    back-pressure held for that many cycles on its first output beat. ``waves``: record
+    waveforms (:func:`waves_path`: FST on Verilator, VCD on Icarus, GHW on GHDL).
     """
     out, build_seconds = run_cocotb(
         NeuralNetworkAccelerator(program), TOP_NAME, "sim.testbench",
         {"program": program, "inputs": inputs, "expected": expected, "seed": seed,
          "gap_probability": gap_probability, "stall_probability": stall_probability, "faults": faults},
-        simulator=simulator, build_dir=build_dir)
+        simulator=simulator, build_dir=build_dir, waves=waves)
     return SimulationReport(simulator, out["results"], out["sim_cycles"], out["wall_seconds"], build_seconds)
 
 
 def run_cocotb(top, top_name: str, test_module: str, case: dict, *, simulator: str,
-               build_dir: str | os.PathLike) -> tuple[dict, float]:
+               build_dir: str | os.PathLike, waves: bool = False) -> tuple[dict, float]:
     """Write ``top`` as HDL named ``top_name`` for ``simulator``, build it and run the cocotb
     module ``test_module`` on it. The testbench reads ``case`` from the pickle named by
     ``NNACCEL_CASE`` and writes its results as JSON to ``NNACCEL_RESULTS``.
@@ -147,10 +174,11 @@ def run_cocotb(top, top_name: str, test_module: str, case: dict, *, simulator: s
     if results_file.exists():
         results_file.unlink()
 
-    runner = get_runner(simulator)
+    os.environ["WAVES"] = "1" if waves else "0"      # cocotb's runner lets WAVES override the argument
+    runner = _IcarusVcd() if simulator == "icarus" else get_runner(simulator)
     build_log = build_dir / "build.log"
-    build_kwargs = dict(hdl_toplevel=top_name, build_dir=build_dir, always=True, log_file=build_log)
-    test_kwargs = dict(hdl_toplevel=top_name, test_module=test_module, build_dir=build_dir,
+    build_kwargs = dict(hdl_toplevel=top_name, build_dir=build_dir, always=True, log_file=build_log, waves=waves)
+    test_kwargs = dict(hdl_toplevel=top_name, test_module=test_module, build_dir=build_dir, waves=waves,
                        extra_env={"NNACCEL_CASE": str(case_file), "NNACCEL_RESULTS": str(results_file),
                                   "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     try:
@@ -159,6 +187,7 @@ def run_cocotb(top, top_name: str, test_module: str, case: dict, *, simulator: s
             test_kwargs["test_args"] = ["--std=08"]
         else:
             args = (["-Wno-WIDTH", "-Wno-fatal", *_verilator_ports_only(build_dir, top_name)]
+                    + (["--trace-fst", "--trace-structs"] if waves else [])
                     if simulator == "verilator" else [])
             runner.build(sources=[source], build_args=args, timescale=("1ns", "1ps"), **build_kwargs)
             test_kwargs["test_dir"] = build_dir

@@ -1,5 +1,9 @@
-"""The simulator runner's Verilog fix-ups for Icarus."""
-from sim.runner import icarus_time_zero_fix
+"""The simulator runner: its Verilog fix-ups for Icarus, and waveforms."""
+import pytest
+
+from hdl.config import AcceleratorConfig
+from sim.cases import random_case
+from sim.runner import SIMULATORS, WAVE_FORMATS, icarus_time_zero_fix, simulate, waves_path
 
 CONSTANT_DRIVER = """module m(o);
   output [9:0] o;
@@ -24,3 +28,23 @@ def test_copy_blocks_are_kept_and_also_run_at_start():
     of the conv stem and the mixed-width CNN on Icarus fail without this."""
     text = "  always @*\n    o[2:0] = a_d3;\n"
     assert icarus_time_zero_fix(text) == text + "  initial #1 o[2:0] = a_d3;\n"
+
+
+WAVE_HEADERS = {"verilator": b"\x00", "icarus": b"$date", "ghdl": b"GHDLwave"}   # FST header block, VCD, GHW
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+def test_waves_are_written_in_each_simulators_format(simulator, tmp_path):
+    """``make sim WAVES=1``: FST on Verilator, VCD on Icarus, GHW on GHDL, where waves_path says."""
+    case = random_case("mlp", AcceleratorConfig(rows=4, cols=4), count=1, seed=2)
+    report = simulate(case.program, case.inputs, case.expected, simulator=simulator, build_dir=tmp_path, waves=True)
+    assert report.all_match
+    path = waves_path(simulator, tmp_path)
+    assert path.suffix == "." + WAVE_FORMATS[simulator]
+    assert path.read_bytes().startswith(WAVE_HEADERS[simulator]) and path.stat().st_size > 10_000
+
+
+def test_no_waves_by_default(tmp_path):
+    case = random_case("mlp", AcceleratorConfig(rows=4, cols=4), count=1, seed=2)
+    assert simulate(case.program, case.inputs, case.expected, simulator="icarus", build_dir=tmp_path).all_match
+    assert not waves_path("icarus", tmp_path).exists()
