@@ -97,8 +97,8 @@ class AxiBench:
         return unpack_output(self.program, self.out_frame.join(pieces))
 
     async def wait_interrupt(self):
-        if not self.dut.interrupt.value:
-            await with_timeout(RisingEdge(self.dut.interrupt), self.case["timeout_cycles"] * CLOCK_PERIOD_NS, "ns")
+        if not self.dut.irq.value:
+            await with_timeout(RisingEdge(self.dut.irq), self.case["timeout_cycles"] * CLOCK_PERIOD_NS, "ns")
 
     async def wait_idle(self):
         for _ in range(self.case["timeout_cycles"] // 4):
@@ -164,7 +164,7 @@ class AxiBench:
                    >= sum(op.macs for op in self.program.gemm_ops), busy)
         await self.write("IRQ", _bit("IRQ", "done"))
         await ClockCycles(self.dut.aclk, 1)
-        self.check("writing 1 to IRQ.done clears the interrupt", not self.dut.interrupt.value)
+        self.check("writing 1 to IRQ.done clears the interrupt", not self.dut.irq.value)
 
     async def frame_error(self, kind: str, index: int):
         pieces = self.in_frame.split(pack_input(self.program, self.case["inputs"][index]))

@@ -7,8 +7,7 @@ from torch import nn
 
 from hdl.config import AcceleratorConfig
 from hdl.compiler.program import GemmOp
-from hdl.gateware.activation_memory import ActivationMemory
-from hdl.gateware.window import WindowAddress
+from hdl.design_report import op_cycle_bounds
 from pytorch_ref.frontends.float_model import quantize_model
 from sim.cases import make_case, random_case, trained_case
 
@@ -175,13 +174,12 @@ def check_phase_cycles(case, report):
     and output phases. A change that slows the schedule breaks these bounds.
     """
     cfg = case.program.config
-    # The op's set-up and start, the address pipeline, the array's fill and the write drain.
-    overhead = cfg.rows + cfg.cols + 13 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY
     for result in report.results:
         phases = result["phases"]
         assert sum(cycles for cycles, _ in phases) == result["cycles"]
         for op, (cycles, busy) in zip(case.program.ops, phases):
-            assert op.steps <= cycles <= op.steps + overhead, (op.name, op.steps, cycles)
+            low, high = op_cycle_bounds(op, cfg)
+            assert low <= cycles <= high, (op.name, op.steps, cycles)
             assert busy == (op.steps if isinstance(op, GemmOp) else 0), (op.name, busy)
 
 

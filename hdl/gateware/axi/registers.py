@@ -87,8 +87,8 @@ REGISTERS: tuple[Register, ...] = (
         Field("frame_late", 9, 1, "w1c", "an input frame's last beat came without TLAST"))),
     Register("CONTROL", 0x1C, "control", (
         Field("soft_reset", 0, 1, "w1p", "reset the accelerator and the streams (not the registers)"),
-        Field("irq_enable", 1, 1, "rw", "drive `interrupt` from IRQ"))),
-    Register("IRQ", 0x20, "interrupt causes; `interrupt` = irq_enable and any of them", (
+        Field("irq_enable", 1, 1, "rw", "drive the `irq` output from IRQ"))),
+    Register("IRQ", 0x20, "interrupt causes; `irq` = irq_enable and any of them", (
         Field("done", 0, 1, "w1c", "an inference ended (its output sent, or dropped after a frame error)"),
         Field("error", 1, 1, "w1c", "a frame error (see STATUS)"))),
     Register("RESULT", 0x24, "the last inference's predicted class", (

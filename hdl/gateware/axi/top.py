@@ -7,7 +7,7 @@ aclk, aresetn          clock; synchronous active-low reset (AXI convention)
 s_axis_*               input frames: TDATA (``input_tdata_bits``), TVALID, TREADY, TLAST
 m_axis_*               output frames: TDATA (``output_tdata_bits``), TVALID, TREADY, TLAST
 s_axi_*                AXI4-Lite slave: the registers of :mod:`hdl.gateware.axi.registers`
-interrupt              high while ``CONTROL.irq_enable`` and any ``IRQ`` bit is set
+irq                    high while ``CONTROL.irq_enable`` and any ``IRQ`` bit is set
 
 The core (:class:`~hdl.gateware.top.NeuralNetworkAccelerator`) is unchanged inside; the
 wrapper frames its beats (:mod:`~hdl.gateware.axi.input_framer`,
@@ -65,7 +65,7 @@ class NeuralNetworkAcceleratorAxi(wiring.Component):
             **axis_signature("s_axis", input_tdata_bits, slave=True),
             **axis_signature("m_axis", output_tdata_bits, slave=False),
             **axi_lite_signature(),
-            "interrupt": Out(1),
+            "irq": Out(1),       # not "interrupt": a C++ word that Verilator lint warns of
         })
 
     @property
@@ -158,6 +158,6 @@ class NeuralNetworkAcceleratorAxi(wiring.Component):
             registers.hw_LAST_CYCLES.eq(core.perf_cycles), registers.hw_LAST_BUSY.eq(core.perf_busy),
             core.perf_select.eq(registers.PHASE_SELECT),
             registers.hw_PHASE_CYCLES.eq(core.perf_phase_cycles), registers.hw_PHASE_BUSY.eq(core.perf_phase_busy),
-            self.interrupt.eq(registers.CONTROL[_lsb("CONTROL", "irq_enable")] & (registers.IRQ != 0)),
+            self.irq.eq(registers.CONTROL[_lsb("CONTROL", "irq_enable")] & (registers.IRQ != 0)),
         ]
         return m

@@ -1,0 +1,198 @@
+"""``nnaccel``: compile a user's model (a factory, a torch.export file, a TorchScript file)
+to a folder, simulate its vectors exactly, lint its FuseSoC core with FuseSoC itself; and
+its errors, which are one line with exit status 2 and leave nothing half-written."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from pytorch_ref.frontends.saved_models import load_exported, load_torchscript
+from sim.nnaccel import main
+
+MODEL_SOURCE = '''
+import torch
+from torch import nn
+
+
+def small_cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(4 * 6 * 6, 10))
+
+
+def not_a_model():
+    return 3
+'''
+
+
+def _small_cnn():
+    namespace = {}
+    exec(MODEL_SOURCE, namespace)
+    model = namespace["small_cnn"]().eval()
+    model[1].running_mean.uniform_(-0.5, 0.5)
+    model[1].running_var.uniform_(0.5, 2.0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A folder with the model's module, its calibration data and its saved forms."""
+    root = tmp_path_factory.mktemp("nnaccel")
+    (root / "user_cnn.py").write_text(MODEL_SOURCE)
+    np.save(root / "cal.npy", np.random.default_rng(0).standard_normal((32, 1, 12, 12)).astype(np.float32))
+    model = _small_cnn()
+    torch.export.save(torch.export.export(model, (torch.randn(1, 1, 12, 12),)), root / "cnn.pt2")
+    torch.jit.script(model).save(root / "cnn.pt")
+    torch.jit.trace(model, torch.randn(1, 1, 12, 12)).save(root / "traced.pt")
+    return root
+
+
+@pytest.fixture(scope="module")
+def compiled(workspace):
+    """``nnaccel compile user_cnn:small_cnn`` on a 4x4 array, run from the workspace."""
+    cwd = os.getcwd()
+    os.chdir(workspace)
+    try:
+        assert main(["compile", "user_cnn:small_cnn", "--calibration", "cal.npy", "-o", "out", "--rows", "4",
+                     "--cols", "4", "--tdata-bits", "64", "--vectors", "4"]) == 0
+    finally:
+        os.chdir(cwd)
+        sys.modules.pop("user_cnn", None)
+    return workspace / "out"
+
+
+def test_compile_writes_every_file(compiled):
+    names = sorted(p.name for p in compiled.iterdir())
+    assert names == sorted(["design.json", "model.npz", "neural_network_accelerator.v", "neural_network_accelerator.vhd",
+                            "neural_network_accelerator_axi.v", "neural_network_accelerator_axi.vhd",
+                            "nnaccel_registers.h", "nnaccel_registers.py", "report.json", "small_cnn.core",
+                            "vectors.npz"])
+    report = json.loads((compiled / "report.json").read_text())
+    assert [layer["kind"] for layer in report["layers"]] == ["gemm", "maxpool", "gemm"]
+    assert report["macs"] == 4 * 9 * 144 + 144 * 10
+    assert all(layer["cycles_min"] < layer["cycles_max"] for layer in report["layers"])
+    assert report["tdata_bits"] == {"input": 64, "output": 64}
+    with np.load(compiled / "vectors.npz") as vectors:
+        assert vectors["inputs"].shape == (4, 1, 12, 12) and vectors["inputs"].dtype == np.int8
+        assert vectors["expected"].shape == (4, 10)
+    assert "module neural_network_accelerator_axi(" in (compiled / "neural_network_accelerator_axi.v").read_text()
+
+
+def test_sim_checks_the_vectors_exactly(compiled, capsys):
+    assert main(["sim", str(compiled)]) == 0
+    out = capsys.readouterr().out
+    assert "4/4 vectors match the integer reference exactly" in out
+
+
+def test_sim_fails_on_a_wrong_reference(compiled, tmp_path, capsys):
+    """The checker's failure path: one reference value off by one."""
+    folder = tmp_path / "wrong"
+    shutil.copytree(compiled, folder, ignore=shutil.ignore_patterns("sim"))
+    with np.load(folder / "vectors.npz") as vectors:
+        inputs, expected = vectors["inputs"], vectors["expected"].copy()
+    expected[2, 3] += 1
+    np.savez(folder / "vectors.npz", inputs=inputs, expected=expected)
+    assert main(["sim", str(folder)]) == 1
+    assert "vector 2: MISMATCH" in capsys.readouterr().out
+
+
+def _fusesoc_lint(folder: Path, build: Path, name: str):
+    return subprocess.run([sys.executable, "-m", "fusesoc.main", "--cores-root", str(folder), "run", "--build-root",
+                           str(build), "--target", "lint", f"nnaccel:generated:{name}"],
+                          capture_output=True, text=True)
+
+
+def test_fusesoc_lints_the_core(compiled, tmp_path):
+    result = _fusesoc_lint(compiled, tmp_path / "build", "small_cnn")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "lint-verilator" in result.stdout + result.stderr
+
+
+def test_fusesoc_lint_fails_on_broken_verilog(compiled, tmp_path):
+    folder = tmp_path / "broken"
+    shutil.copytree(compiled, folder, ignore=shutil.ignore_patterns("sim"))
+    with open(folder / "neural_network_accelerator_axi.v", "a") as f:
+        f.write("module broken(; endmodule\n")
+    result = _fusesoc_lint(folder, tmp_path / "build", "small_cnn")
+    assert result.returncode != 0
+
+
+def test_saved_forms_rebuild_the_model(workspace):
+    model = _small_cnn()
+    x = torch.randn(5, 1, 12, 12)
+    for loaded in (load_exported(workspace / "cnn.pt2"), load_torchscript(workspace / "cnn.pt")):
+        assert [type(m) for m in loaded] == [type(m) for m in model]
+        assert torch.equal(loaded(x), model(x))
+
+
+def test_saved_forms_compile_to_the_same_model(workspace, tmp_path):
+    """A .pt2 and a TorchScript file of the same model give the same quantized model file."""
+    for source in ("cnn.pt2", "cnn.pt"):
+        assert main(["compile", str(workspace / source), "--calibration", str(workspace / "cal.npy"), "-o",
+                     str(tmp_path / source), "--rows", "2", "--cols", "2", "--vectors", "1"]) == 0
+    assert (tmp_path / "cnn.pt2" / "model.npz").read_bytes() == (tmp_path / "cnn.pt" / "model.npz").read_bytes()
+
+
+def _error(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("model, calibration, message", [
+    ("missing.pt2", "cal.npy", "model file 'missing.pt2' does not exist"),
+    ("traced.pt", "cal.npy", "keeps no hyperparameters: the file holds a traced module"),
+    ("user_cnn:nothing", "cal.npy", "'user_cnn' has no function 'nothing'"),
+    ("user_cnn:not_a_model", "cal.npy", "user_cnn:not_a_model returned int, not a torch.nn.Module"),
+    ("no_such_module:f", "cal.npy", "cannot import 'no_such_module'"),
+    ("model.onnx", "cal.npy", "model must be a .pt2 file, a TorchScript file (.pt, .ts, .jit) or package.module:factory"),
+    ("cnn.pt2", "missing.npy", "calibration file 'missing.npy' does not exist"),
+    ("cnn.pt2", "ints.npy", "calibration data must be a float array [samples, *input_shape], not int64"),
+    ("cnn.pt2", "rgb.npy", "expects 1 input channels, not 3"),
+])
+def test_compile_errors(model, calibration, message, workspace, capsys, monkeypatch):
+    monkeypatch.chdir(workspace)
+    np.save(workspace / "ints.npy", np.zeros((4, 1, 12, 12), np.int64))
+    np.save(workspace / "rgb.npy", np.zeros((4, 3, 12, 12), np.float32))
+    try:
+        assert message in _error(capsys, ["compile", model, "--calibration", calibration, "-o", "failed"])
+    finally:
+        sys.modules.pop("user_cnn", None)
+    assert not (workspace / "failed").exists()
+    assert not [p for p in workspace.iterdir() if p.name.startswith(".failed")]
+
+
+def test_unsupported_exported_node_is_named(tmp_path, capsys):
+    model = nn.Sequential(nn.Linear(8, 8), nn.Sigmoid()).eval()
+    torch.export.save(torch.export.export(model, (torch.randn(1, 8),)), tmp_path / "sig.pt2")
+    np.save(tmp_path / "cal.npy", np.zeros((4, 8), np.float32))
+    err = _error(capsys, ["compile", str(tmp_path / "sig.pt2"), "--calibration", str(tmp_path / "cal.npy"),
+                          "-o", str(tmp_path / "out")])
+    assert "node sigmoid (aten.sigmoid.default) is not supported; supported: conv2d, linear, relu" in err
+
+
+def test_existing_folder_needs_force(compiled, capsys):
+    err = _error(capsys, ["compile", "user_cnn:small_cnn", "--calibration", "cal.npy", "-o", str(compiled)])
+    assert f"{compiled} exists; choose another folder or pass --force to replace it" in err
+
+
+def test_sim_and_estimate_need_a_compiled_folder(tmp_path, capsys):
+    for command in ("sim", "estimate"):
+        assert f"'{tmp_path}' is not a folder written by nnaccel compile (no design.json)" in _error(
+            capsys, [command, str(tmp_path)])
+
+
+def test_console_script_is_declared():
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert 'nnaccel = "sim.nnaccel:main"' in text
+    assert shutil.which("nnaccel") or Path(sys.executable).with_name("nnaccel").exists()
