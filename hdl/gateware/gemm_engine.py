@@ -13,8 +13,9 @@ Data path of one step issued at cycle ``t`` (all latencies derived from the conf
              activation memory: ``out_count`` lanes from lane ``out_lane`` of word
              ``out_addr`` on, into the next word for a packed destination
 
-The accumulator memory is read two cycles before the sums arrive and its output is
-registered, so that no path runs from the block RAM through the adder back into it.
+The accumulator, bias and requantization-parameter memories are read two cycles before
+their data is used and their outputs are registered, so that no path runs from a block
+RAM's output through the adder (or into the requantizer's multipliers).
 Its read port is transparent to its write port, which covers a write in the cycle of the
 read; a write in the cycle after it (the previous step's, to the same address: batch-1
 dense layers accumulate one address every cycle) is forwarded from the register that
@@ -150,9 +151,9 @@ class GemmEngine(wiring.Component):
         acc_rd = acc_mem.read_port(transparent_for=(acc_wr,))
         m.submodules.bias = bias_rom = _bias_rom(prog)
         bias_rd = bias_rom.read_port()
-        m.d.comb += [acc_rd.addr.eq(ctrl_read.acc_addr), bias_rd.addr.eq(ctrl_early.p_addr)]
-        acc_read = Signal.like(acc_rd.data)
-        m.d.sync += acc_read.eq(acc_rd.data)
+        m.d.comb += [acc_rd.addr.eq(ctrl_read.acc_addr), bias_rd.addr.eq(ctrl_read.p_addr)]
+        acc_read, bias = Signal.like(acc_rd.data), Signal.like(bias_rd.data)
+        m.d.sync += [acc_read.eq(acc_rd.data), bias.eq(bias_rd.data)]
         # The previous step's write, which the read (a cycle before it) did not see.
         written = Signal(data.StructLayout({"en": 1, "addr": acc_wr.addr.shape(), "data": acc_wr.data.shape()}))
         forward = Signal()
@@ -160,7 +161,7 @@ class GemmEngine(wiring.Component):
 
         total = Signal(data.ArrayLayout(signed(cfg.accumulator_bits), cols))
         for c in range(cols):
-            bias_c = bias_rd.data[c * cfg.accumulator_bits:(c + 1) * cfg.accumulator_bits].as_signed()
+            bias_c = bias[c * cfg.accumulator_bits:(c + 1) * cfg.accumulator_bits].as_signed()
             with m.If(ctrl.first):
                 m.d.comb += total[c].eq(array.y[c] + bias_c)
             with m.Elif(forward):
@@ -177,7 +178,9 @@ class GemmEngine(wiring.Component):
         # Requantize finished sums.
         m.submodules.requant_params = requant_rom = _requant_rom(prog)
         requant_rd = requant_rom.read_port()
-        m.d.comb += requant_rd.addr.eq(ctrl.p_addr)
+        m.d.comb += requant_rd.addr.eq(ctrl_early.p_addr)
+        requant_params = Signal.like(requant_rd.data)
+        m.d.sync += requant_params.eq(requant_rd.data)
 
         tag_layout = data.StructLayout({"addr": unsigned(w.act_addr), "lane": range(cfg.bank_width),
                                         "count": range(cols + 1)})
@@ -190,7 +193,7 @@ class GemmEngine(wiring.Component):
                      tag.count.eq(ctrl.out_count),
                      valid.eq(ctrl.valid & ctrl.last)]
         m.d.comb += [rq.i_valid.eq(valid), rq.i_acc.eq(acc_out), rq.i_tag.eq(tag),
-                     rq.i_params.eq(requant_rd.data)]
+                     rq.i_params.eq(requant_params)]
 
         # Write the output's first ``count`` lanes from lane ``lane`` of word ``addr`` on:
         # an unpacked destination's tiles start at multiples of cols; a packed one's anywhere,
