@@ -45,6 +45,11 @@ class AcceleratorConfig:
         default: four 18x18 DSP multipliers a column) or ``"logic"`` (adder trees: no DSP
         block beyond one a PE, so that all of an ECP5-85F's 156 go to the array, at about
         2,500 LUT4 a column).
+    runtime_weights:
+        ``False`` (the default): weights, biases and requantization parameters are ROM
+        contents. ``True``: they and the ops' input zero points are writable through the
+        weight port, so that a model with the same layer shapes runs on the same hardware
+        (:mod:`hdl.compiler.weight_image`).
     """
     rows: int = 8
     cols: int = 8
@@ -53,6 +58,7 @@ class AcceleratorConfig:
     accumulator_depth: int = 256
     input_bus_bits: int = INPUT_BUS_BITS
     requantizer_multipliers: str = "dsp"
+    runtime_weights: bool = False
 
     def __post_init__(self):
         _check_positive_int("array rows", self.rows, maximum=64)
@@ -72,6 +78,8 @@ class AcceleratorConfig:
         if self.requantizer_multipliers not in REQUANTIZER_MULTIPLIERS:
             raise ValueError(f"requantizer multipliers must be one of {', '.join(map(repr, REQUANTIZER_MULTIPLIERS))}, "
                              f"not {self.requantizer_multipliers!r}")
+        if not isinstance(self.runtime_weights, bool):
+            raise TypeError(f"runtime weights must be True or False, not {self.runtime_weights!r}")
         if self.bank_width > self.input_values_per_beat:
             raise ValueError(f"the activation word (lcm of rows and cols = {self.bank_width} values) must fit "
                              f"one input beat ({self.input_values_per_beat} values of {self.data_bits} bits); "

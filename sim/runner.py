@@ -127,7 +127,8 @@ def waves_path(simulator: str, build_dir: str | os.PathLike, top_name: str = TOP
 def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarray], *,
              simulator: str, build_dir: str | os.PathLike, seed: int = 0,
              gap_probability: float = 0.3, stall_probability: float = 0.3,
-             faults: dict | None = None, waves: bool = False) -> SimulationReport:
+             faults: dict | None = None, waves: bool = False,
+             weights_before: dict[int, list[int]] | None = None) -> SimulationReport:
     """Generate HDL for ``program``, simulate ``inputs`` and compare with ``expected``.
 
     Every case must have its own ``build_dir``. Returns the report; a mismatch is in it,
@@ -136,11 +137,14 @@ def simulate(program: Program, inputs: list[np.ndarray], expected: list[np.ndarr
     a reset in the middle of an inference before the given input's own inference, and
     back-pressure held for that many cycles on its first output beat. ``waves``: record
     waveforms (:func:`waves_path`: FST on Verilator, VCD on Icarus, GHW on GHDL).
+    ``weights_before``: ``{input: image beats}``, run-time weight images
+    (:func:`hdl.compiler.weight_image.image_beats`) loaded before those inputs.
     """
     out, build_seconds = run_cocotb(
         NeuralNetworkAccelerator(program), TOP_NAME, "sim.testbench",
         {"program": program, "inputs": inputs, "expected": expected, "seed": seed,
-         "gap_probability": gap_probability, "stall_probability": stall_probability, "faults": faults},
+         "gap_probability": gap_probability, "stall_probability": stall_probability, "faults": faults,
+         "weights_before": weights_before},
         simulator=simulator, build_dir=build_dir, waves=waves)
     return SimulationReport(simulator, out["results"], out["sim_cycles"], out["wall_seconds"], build_seconds)
 

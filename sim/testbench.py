@@ -15,7 +15,7 @@ import time
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
 from hdl.host import pack_input, unpack_output
@@ -62,6 +62,31 @@ class AcceleratorBench:
         self.dut.output_ready.value = 0
         await self.reset()
 
+    async def load_weights(self, beats: list[int]) -> int:
+        """Send a run-time weight image (random valid gaps) and wait for ``weights_done``;
+        returns the cycles it took. Raises on ``weights_error``."""
+        dut, rng = self.dut, random.Random(len(beats))
+        start = get_sim_time("ns")
+        for index, value in enumerate(beats):
+            if rng.random() < self.case["gap_probability"]:
+                dut.weights_valid.value = 0
+                await RisingEdge(dut.clk)
+            dut.weights_data.value, dut.weights_last.value = value, int(index == len(beats) - 1)
+            dut.weights_valid.value = 1
+            while True:
+                await ReadOnly()
+                taken, error = bool(dut.weights_ready.value), bool(dut.weights_error.value)
+                done = bool(dut.weights_done.value)
+                await RisingEdge(dut.clk)
+                if error:
+                    raise AssertionError(f"weights_error at image beat {index} of {len(beats)}")
+                if taken:
+                    break
+        dut.weights_valid.value = 0
+        if not done:
+            raise AssertionError("the image's last beat did not raise weights_done")
+        return int((get_sim_time("ns") - start) / CLOCK_PERIOD_NS)
+
     async def infer(self, codes: np.ndarray, first_stall: int = 0):
         sender = cocotb.start_soon(self.driver.send(pack_input(self.program, codes)))
         beats = await self.monitor.receive(first_stall)
@@ -102,7 +127,13 @@ async def run_inferences(dut):
     start_ns, start_wall = get_sim_time("ns"), time.perf_counter()
     classifier = case["program"].is_classifier
     faults = case.get("faults") or {}
+    images = case.get("weights_before") or {}
+    if getattr(dut, "weights_valid", None) is not None:     # a design with run-time weights
+        dut.weights_valid.value = 0
     for index, (codes, expected) in enumerate(zip(case["inputs"], case["expected"])):
+        if index in images:
+            cycles = await bench.load_weights(images[index])
+            print(f"loaded a weight image of {len(images[index])} beats in {cycles} cycles", flush=True)
         if index in faults.get("reset_at", {}):
             await bench.interrupt(codes, faults["reset_at"][index])
         actual, onehot, cycles, busy, phases = await bench.infer(codes, faults.get("stall", {}).get(index, 0))

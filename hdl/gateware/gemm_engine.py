@@ -34,32 +34,20 @@ from hdl.gateware.step_generator import step_layout, step_stream
 from hdl.gateware.systolic_array import SystolicArray
 from hdl.gateware.weight_memory import WeightMemory
 from hdl.compiler.widths import Widths, bits_for
+from hdl.compiler.weight_image import ImageLayout, bias_word_values, requant_word_values
+from hdl.gateware.load_port import load_port
 
 
-def _pack(values, bits: int) -> int:
-    word = 0
-    for index, value in enumerate(values):
-        word |= (int(value) & ((1 << bits) - 1)) << (index * bits)
-    return word
-
-
-def _bias_rom(prog: Program) -> memory.Memory:
+def _bias_memory(prog: Program) -> memory.Memory:
     """The biases (zero point folded in) of each parameter word, ``cols`` lanes a word."""
     bits = prog.config.accumulator_bits
-    return memory.Memory(shape=unsigned(bits * prog.config.cols), depth=len(prog.bias),
-                         init=[_pack(b, bits) for b in prog.bias])
+    return memory.Memory(shape=unsigned(bits * prog.config.cols), depth=len(prog.bias), init=bias_word_values(prog))
 
 
-def _requant_rom(prog: Program) -> memory.Memory:
+def _requant_memory(prog: Program) -> memory.Memory:
     """The requantization parameters of each parameter word."""
     layout = requant_params_layout(prog.config.cols, prog.config.data_bits)
-    words = [layout.const({"multiplier": [int(v) for v in prog.multiplier[n]],
-                           "shift": [int(v) for v in prog.shift[n]],
-                           "zero_point": int(prog.zero_point[n]),
-                           "clamp_min": int(prog.clamp_min[n]),
-                           "clamp_max": int(prog.clamp_max[n])}).as_value().value
-             for n in range(len(prog.bias))]
-    return memory.Memory(shape=unsigned(layout.size), depth=len(prog.bias), init=words)
+    return memory.Memory(shape=unsigned(layout.size), depth=len(prog.bias), init=requant_word_values(prog))
 
 
 class GemmEngine(wiring.Component):
@@ -71,19 +59,26 @@ class GemmEngine(wiring.Component):
     after the address).
     write: writes of up to ``cols`` lanes from any lane of a word on: into one word, or,
     when some op writes a packed destination, :meth:`write_words_for` two consecutive ones.
+    load_weights, load_biases, load_requant: In (with ``runtime_weights``), word writes
+    into the weight, bias and requantization-parameter memories.
     """
 
     def __init__(self, program: Program, widths: Widths):
         cfg: AcceleratorConfig = program.config
         self._program, self._cfg, self._w = program, cfg, widths
         self._packed = self.write_words_for(program) == 2
-        super().__init__({
+        members = {
             "steps": In(step_stream(widths, cfg)),
             "zero_point": In(signed(cfg.data_bits)),
             "read": Out(window_read_port(widths.act_addr, cfg.bank_width, cfg.data_bits, 2)),
             "write": Out(write_port(widths.act_addr, cfg.bank_width, cfg.data_bits,
                                     self.write_words_for(program))),
-        })
+        }
+        if cfg.runtime_weights:
+            image = ImageLayout.of(program)
+            for name, words, bits in zip(("load_weights", "load_biases", "load_requant"), image.words, image.bits):
+                members[name] = In(load_port(bits_for(words), bits))
+        super().__init__(members)
 
     @staticmethod
     def write_words_for(program: Program) -> int:
@@ -102,6 +97,11 @@ class GemmEngine(wiring.Component):
     def write_latency(self) -> int:
         """Cycles from a step to its (last) write reaching the activation memory."""
         return self.sum_latency + 1 + Requantizer.LATENCY
+
+    @staticmethod
+    def _load_into(m, mem: memory.Memory, load):
+        port = mem.write_port()
+        m.d.comb += [port.en.eq(load.en), port.addr.eq(load.addr), port.data.eq(load.data)]
 
     def elaborate(self, platform):
         m = Module()
@@ -133,7 +133,11 @@ class GemmEngine(wiring.Component):
 
         # Weights: diagonal d's weight must be there when the vector reaches PE (r, c),
         # d = r + c cycles after it entered the array at t + INPUT_LATENCY.
-        m.submodules.weights = weights = WeightMemory(prog.weight_words, w.weight_addr, prog.weight_formats)
+        runtime = cfg.runtime_weights
+        m.submodules.weights = weights = WeightMemory(prog.weight_words, w.weight_addr, prog.weight_formats,
+                                                      writable=runtime)
+        if runtime:
+            wiring.connect(m, wiring.flipped(self.load_weights), weights.load)
         m.d.comb += [weights.addr.eq(delayed(m, step.w_addr, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_addr")),
                      weights.bits.eq(delayed(m, step.w_bits, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_bits"))]
 
@@ -149,8 +153,10 @@ class GemmEngine(wiring.Component):
         m.submodules.accumulators = acc_mem
         acc_wr = acc_mem.write_port()
         acc_rd = acc_mem.read_port(transparent_for=(acc_wr,))
-        m.submodules.bias = bias_rom = _bias_rom(prog)
-        bias_rd = bias_rom.read_port()
+        m.submodules.bias = bias_mem = _bias_memory(prog)
+        bias_rd = bias_mem.read_port()
+        if runtime:
+            self._load_into(m, bias_mem, self.load_biases)
         m.d.comb += [acc_rd.addr.eq(ctrl_read.acc_addr), bias_rd.addr.eq(ctrl_read.p_addr)]
         acc_read, bias = Signal.like(acc_rd.data), Signal.like(bias_rd.data)
         m.d.sync += [acc_read.eq(acc_rd.data), bias.eq(bias_rd.data)]
@@ -176,8 +182,10 @@ class GemmEngine(wiring.Component):
         m.d.sync += [written.en.eq(acc_wr.en), written.addr.eq(acc_wr.addr), written.data.eq(acc_wr.data)]
 
         # Requantize finished sums.
-        m.submodules.requant_params = requant_rom = _requant_rom(prog)
-        requant_rd = requant_rom.read_port()
+        m.submodules.requant_params = requant_mem = _requant_memory(prog)
+        requant_rd = requant_mem.read_port()
+        if runtime:
+            self._load_into(m, requant_mem, self.load_requant)
         m.d.comb += requant_rd.addr.eq(ctrl_early.p_addr)
         requant_params = Signal.like(requant_rd.data)
         m.d.sync += requant_params.eq(requant_rd.data)

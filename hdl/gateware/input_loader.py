@@ -22,6 +22,7 @@ class InputLoader(wiring.Component):
     first_beat: Out, pulses when the first beat of an inference is taken.
     done: Out, pulses with the write of the input's last word.
     rearm: In, a pulse: take the next inference's input.
+    idle: Out, armed and no beat of the next inference taken yet.
     """
 
     def __init__(self, input: TensorPlacement, words_per_beat: int, bus_bits: int, addr_bits: int,
@@ -33,7 +34,7 @@ class InputLoader(wiring.Component):
         super().__init__({
             "beats": In(stream.Signature(bus_bits)),
             "write": Out(write_port(addr_bits, lanes, data_bits, write_words)),
-            "first_beat": Out(1), "done": Out(1), "rearm": In(1),
+            "first_beat": Out(1), "done": Out(1), "rearm": In(1), "idle": Out(1),
         })
 
     def elaborate(self, platform):
@@ -45,7 +46,8 @@ class InputLoader(wiring.Component):
         addr = Signal.like(self.write.payload.addr, init=self._input.base)
         words_left = Signal(bits_for(words) + 1, init=words)
 
-        m.d.comb += self.beats.ready.eq(armed & (beat_words_left == 0))
+        m.d.comb += [self.beats.ready.eq(armed & (beat_words_left == 0)),
+                     self.idle.eq(armed & (beat_words_left == 0) & (words_left == words))]
         with m.If(self.beats.valid & self.beats.ready):
             m.d.sync += [beat.eq(self.beats.payload), beat_words_left.eq(wpb)]
             m.d.comb += self.first_beat.eq(words_left == words)

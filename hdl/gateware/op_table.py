@@ -1,10 +1,11 @@
 """The per-op constants of a program, selected by the op counter."""
-from amaranth import Module, signed
+from amaranth import Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.program import GemmOp, Program
-from hdl.compiler.widths import Widths
+from hdl.compiler.widths import Widths, bits_for
+from hdl.gateware.load_port import load_port
 from hdl.gateware.pool_engine import pool_params, pool_params_layout
 from hdl.gateware.step_generator import gemm_params, gemm_params_layout
 
@@ -22,19 +23,24 @@ class OpTable(wiring.Component):
     is_pool: Out, whether it is a pooling op; is_last: Out, whether it is the program's last.
     gemm, zero_point: Out, a GEMM op's constants and input zero point (registered).
     pool: Out, a pooling op's constants (registered).
+    load_zero_points: In (with ``runtime_weights``), writes GEMM op ``addr``'s input zero
+    point (GEMM ops counted in program order): the zero points are registers, not constants.
     """
     #: Cycles from ``op_index`` to the constants.
     LATENCY = 1
 
     def __init__(self, program: Program, widths: Widths):
         self._program = program
-        super().__init__({
+        members = {
             "op_index": In(range(max(2, len(program.ops)))),
             "is_pool": Out(1), "is_last": Out(1),
             "gemm": Out(gemm_params_layout(widths)),
             "zero_point": Out(signed(program.config.data_bits)),
             "pool": Out(pool_params_layout(widths, program.config.bank_width)),
-        })
+        }
+        if program.config.runtime_weights:
+            members["load_zero_points"] = In(load_port(bits_for(len(program.gemm_ops)), program.config.data_bits))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -42,12 +48,22 @@ class OpTable(wiring.Component):
         gemm_layout, pool_layout = self.gemm.shape(), self.pool.shape()
         m.d.comb += self.is_last.eq(self.op_index == len(ops) - 1)
         bank = self._program.config.bank_width
+        gemm_ops = [op for op in ops if isinstance(op, GemmOp)]
+        if self._program.config.runtime_weights:
+            zero_points = [Signal(signed(self.zero_point.shape().width), init=op.input_zero_point,
+                                  name=f"zero_point_{index}") for index, op in enumerate(gemm_ops)]
+            for index, register in enumerate(zero_points):
+                with m.If(self.load_zero_points.en & (self.load_zero_points.addr == index)):
+                    m.d.sync += register.eq(self.load_zero_points.data)
+        else:
+            zero_points = [op.input_zero_point for op in gemm_ops]
+        gemm_ordinal = {index: n for n, index in enumerate(i for i, op in enumerate(ops) if isinstance(op, GemmOp))}
         with m.Switch(self.op_index):
             for index, op in enumerate(ops):
                 with m.Case(index):
                     if isinstance(op, GemmOp):
                         m.d.sync += [self.gemm.eq(gemm_layout.const(gemm_params(op, self._program.config))),
-                                     self.zero_point.eq(op.input_zero_point)]
+                                     self.zero_point.eq(zero_points[gemm_ordinal[index]])]
                     else:
                         m.d.sync += self.pool.eq(pool_layout.const(pool_params(op, bank)))
                         m.d.comb += self.is_pool.eq(1)

@@ -20,6 +20,14 @@ perf_select           picks a phase of the last inference: op ``k`` of the progr
 perf_phase_cycles[31:0], perf_phase_busy[31:0]
                       cycles and array steps of the selected phase (combinational)
 
+With ``runtime_weights`` (see :mod:`hdl.compiler.weight_image`):
+
+weights_data[31:0]    one beat of a weight image; ``weights_valid`` / ``weights_ready``
+                      handshake, ``weights_last`` on the image's last beat. Taken only
+                      between inferences; the input waits while an image is loading
+weights_done, weights_error
+                      one-cycle pulses: an image loaded whole; one ended early or late
+
 Flow: the loader writes the input beats into the activation memory; each op of the
 program runs to completion (its last write landed) before the next starts; then the
 output unit streams the result. One inference at a time.
@@ -44,6 +52,8 @@ from hdl.gateware.perf_counters import PerfCounters
 from hdl.gateware.pool_engine import PoolEngine
 from hdl.gateware.sequencer import Sequencer
 from hdl.gateware.step_generator import StepGenerator
+from hdl.gateware.weight_loader import WeightLoader
+from hdl.compiler.weight_image import BEAT_BITS, ImageLayout
 
 PERF_BITS = 32
 
@@ -56,7 +66,7 @@ class NeuralNetworkAccelerator(wiring.Component):
         self._program, self._cfg = program, cfg
         self._widths = Widths.of(program)
         bus = cfg.input_bus_bits
-        super().__init__({
+        members = {
             "clk": In(1), "reset": In(1),
             "input_data": In(bus), "input_valid": In(1), "input_ready": Out(1),
             "output_data": Out(OUTPUT_CLASSES), "output_values": Out(bus),
@@ -64,7 +74,11 @@ class NeuralNetworkAccelerator(wiring.Component):
             "perf_cycles": Out(PERF_BITS), "perf_busy": Out(PERF_BITS),
             "perf_select": In(range(max(2, len(program.ops) + 2))),
             "perf_phase_cycles": Out(PERF_BITS), "perf_phase_busy": Out(PERF_BITS),
-        })
+        }
+        if cfg.runtime_weights:
+            members.update({"weights_data": In(BEAT_BITS), "weights_valid": In(1), "weights_ready": Out(1),
+                            "weights_last": In(1), "weights_done": Out(1), "weights_error": Out(1)})
+        super().__init__(members)
 
     @property
     def program(self) -> Program:
@@ -115,10 +129,14 @@ class NeuralNetworkAccelerator(wiring.Component):
             perf.busy.eq(steps.steps.valid), perf.slot.eq(seq.phase),
         ]
 
+        input_ready = loader.beats.ready
+        if cfg.runtime_weights:
+            input_ready = self._weight_loader(m, loader, gemm, ops)
+
         # The entity's flat ports.
         m.d.comb += [
-            loader.beats.payload.eq(self.input_data), loader.beats.valid.eq(self.input_valid),
-            self.input_ready.eq(loader.beats.ready),
+            loader.beats.payload.eq(self.input_data), loader.beats.valid.eq(self.input_valid & input_ready),
+            self.input_ready.eq(input_ready),
             self.output_values.eq(output.beats.payload.values), self.output_data.eq(output.beats.payload.classes),
             self.output_last.eq(output.beats.payload.last), self.output_valid.eq(output.beats.valid),
             output.beats.ready.eq(self.output_ready),
@@ -127,3 +145,19 @@ class NeuralNetworkAccelerator(wiring.Component):
             self.perf_phase_cycles.eq(perf.cycles), self.perf_phase_busy.eq(perf.busy_cycles),
         ]
         return m
+
+    def _weight_loader(self, m, loader, gemm, ops):
+        """The run-time weight port; returns the input's gated ready: an image loads only
+        between inferences, and the input waits while one loads (or is offered)."""
+        m.submodules.weight_loader = weights = WeightLoader(ImageLayout.of(self._program))
+        wiring.connect(m, weights.load_weights, gemm.load_weights)
+        wiring.connect(m, weights.load_biases, gemm.load_biases)
+        wiring.connect(m, weights.load_requant, gemm.load_requant)
+        wiring.connect(m, weights.load_zero_points, ops.load_zero_points)
+        m.d.comb += [
+            weights.enable.eq(loader.idle),
+            weights.beats.payload.data.eq(self.weights_data), weights.beats.payload.last.eq(self.weights_last),
+            weights.beats.valid.eq(self.weights_valid), self.weights_ready.eq(weights.beats.ready),
+            self.weights_done.eq(weights.done), self.weights_error.eq(weights.error),
+        ]
+        return loader.beats.ready & ~weights.busy & ~(loader.idle & self.weights_valid)

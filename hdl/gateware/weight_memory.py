@@ -9,11 +9,13 @@ so the array can change tiles on every step: weights arrive at the rate the arra
 consumes them, with no loading phase. The address chain is ``rows + cols - 1`` registers.
 """
 import numpy as np
-from amaranth import Module, Signal, signed, unsigned
+from amaranth import Cat, Module, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.weight_packing import LANE_BITS, tiles_per_word, word_shift
+from hdl.compiler.widths import bits_for
+from hdl.gateware.load_port import load_port
 
 
 def _pack_lanes(lanes: np.ndarray) -> list[int]:
@@ -42,17 +44,22 @@ class WeightMemory(wiring.Component):
     Each PE's weight is re-registered after the ROM's read port, so the long route from
     a block RAM to PEs spread over the array gets a cycle of its own.
 
+    With ``writable``, each bank also has a write port, and ``load`` writes a whole word
+    (every bank's part of it) at once: run-time weights (:mod:`hdl.compiler.weight_image`).
+
     Members
     -------
     addr: In, a tile address; bits: In, its weights' width (one of ``formats``).
     weights: Out, ``rows x cols``; PE ``(r, c)``'s weight is that of the tile given at
     ``addr`` ``r + c + LATENCY`` cycles before.
+    load: In (with ``writable``), a word write: lane ``r * cols + c`` of ``data`` is PE
+    ``(r, c)``'s byte.
     """
 
     #: ROM read plus the per-PE register.
     LATENCY = 2
 
-    def __init__(self, words: np.ndarray, addr_bits: int, formats: tuple[int, ...] = (8,)):
+    def __init__(self, words: np.ndarray, addr_bits: int, formats: tuple[int, ...] = (8,), writable: bool = False):
         self._words = np.asarray(words)
         if self._words.ndim != 3 or len(self._words) == 0:
             raise ValueError(f"words must be a non-empty [words, rows, cols] array, not shape {self._words.shape}")
@@ -60,11 +67,15 @@ class WeightMemory(wiring.Component):
             raise ValueError(f"formats must be weight widths in [2, {LANE_BITS}], not {formats!r}")
         _, self._rows, self._cols = self._words.shape
         self._formats = tuple(sorted(set(formats)))
-        super().__init__({
+        self._writable = writable
+        members = {
             "addr": In(unsigned(addr_bits)),
             "bits": In(WEIGHT_BITS_SHAPE),
             "weights": Out(data.ArrayLayout(data.ArrayLayout(signed(LANE_BITS), self._cols), self._rows)),
-        })
+        }
+        if writable:
+            members["load"] = In(load_port(bits_for(len(self._words)), self._rows * self._cols * LANE_BITS))
+        super().__init__(members)
 
     @property
     def packed(self) -> bool:
@@ -118,6 +129,10 @@ class WeightMemory(wiring.Component):
             m.submodules[f"bank{d}"] = bank
             read = bank.read_port()
             m.d.comb += read.addr.eq(word)
+            if self._writable:
+                write = bank.write_port()
+                lanes = [self.load.data[(r * cols + c) * LANE_BITS:(r * cols + c + 1) * LANE_BITS] for r, c in members]
+                m.d.comb += [write.en.eq(self.load.en), write.addr.eq(self.load.addr), write.data.eq(Cat(*lanes))]
             # The slot and width of the word being read, beside its data.
             read_slot, read_bits = Signal.like(slot, name=f"read_slot{d}"), Signal.like(bits, name=f"read_bits{d}")
             m.d.sync += [read_slot.eq(slot), read_bits.eq(bits)]
