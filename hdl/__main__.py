@@ -58,6 +58,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         writer.add_argument("--requantizer-multipliers", choices=REQUANTIZER_MULTIPLIERS, default="dsp",
                             help="the requantizer's products on DSP blocks (default: four 18x18 a column) "
                                  "or in logic (then the array has every DSP block)")
+        writer.add_argument("--runtime-weights", action="store_true",
+                            help="weights, biases and requantization loadable at run time (weights_* ports; "
+                                 "s_axis_weights with --axi)")
         writer.add_argument("--axi", action="store_true",
                             help="write neural_network_accelerator_axi: AXI4-Stream data, AXI4-Lite registers, "
                                  "an interrupt (see the README's register map)")
@@ -106,7 +109,8 @@ def main(argv=None) -> int:
         command.error("--tdata-bits and --output-tdata-bits apply to --axi")
     try:
         config = AcceleratorConfig(rows=args.rows, cols=args.cols,
-                                   requantizer_multipliers=args.requantizer_multipliers)
+                                   requantizer_multipliers=args.requantizer_multipliers,
+                                   runtime_weights=args.runtime_weights)
     except (TypeError, ValueError) as error:
         command.error(str(error))
     if args.model_file is not None:

@@ -68,6 +68,11 @@ class AxiBench:
         self.source.set_pause_generator(_pauses(random.Random(rng.random()), case["pause_probability"]))
         self.sink_pauses = _pauses(random.Random(rng.random()), case["pause_probability"])
         self.sink.set_pause_generator(self.sink_pauses)
+        self.weights = None
+        if case.get("reload"):
+            self.weights = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_weights"), dut.aclk, dut.aresetn,
+                                           reset_active_level=False)
+            self.weights.set_pause_generator(_pauses(random.Random(rng.random()), case["pause_probability"]))
         self.checks: list[dict] = []
 
     def check(self, name: str, ok: bool, detail=None):
@@ -118,7 +123,7 @@ class AxiBench:
         cfg, p = self.program.config, self.program
         expected = {
             "ID": regs.ID_VALUE, "VERSION": (regs.VERSION_MAJOR << 16) | regs.VERSION_MINOR,
-            "ARRAY": cfg.rows | cfg.cols << 8 | len(p.ops) << 16,
+            "ARRAY": cfg.rows | cfg.cols << 8 | len(p.ops) << 16 | int(cfg.runtime_weights) << 24,
             "BUS": self.in_frame.tdata_bits | self.out_frame.tdata_bits << 16,
             "FRAME": self.in_frame.tdata_beats | self.out_frame.tdata_beats << 16,
             "MODEL_HASH": p.fingerprint(),
@@ -212,6 +217,41 @@ class AxiBench:
         self.check("INFERENCES counts the outputs sent since the soft reset", count == 1 + len(indices), count)
 
 
+    async def load_image(self, beats: list[int], label: str, expect: str):
+        """Send a weight image on s_axis_weights and check the interrupt cause it raises."""
+        await self.weights.send(_to_bytes(beats, 32))
+        await self.weights.wait()
+        await self.wait_interrupt()
+        irq = await self.read("IRQ")
+        if expect == "loaded":
+            self.check(f"{label}: IRQ.weights_loaded", irq == _bit("IRQ", "weights_loaded"), f"{irq:#x}")
+        else:
+            status = await self.read("STATUS")
+            self.check(f"{label}: STATUS.weights_error and IRQ.error",
+                       status & _bit("STATUS", "weights_error") and irq & _bit("IRQ", "error"), [hex(status), hex(irq)])
+            await self.write("STATUS", _bit("STATUS", "weights_error"))
+        await self.write("IRQ", irq)
+
+    async def weight_reload(self):
+        """Another model's weights, loaded at run time: its outputs exact, also after a soft
+        reset; a cut image is an error; the first model's image restores it."""
+        reload = self.case["reload"]
+        self.check("ARRAY.runtime_weights", (await self.read("ARRAY")) & _bit("ARRAY", "runtime_weights"))
+        await self.write("IRQ", regs.BY_NAME["IRQ"].mask("w1c"))       # the inferences' done bits
+        await self.load_image(reload["image"], "the other model's image", "loaded")
+        self.check("WEIGHT_LOADS counts it", await self.read("WEIGHT_LOADS") == 1)
+        for index, (codes, expected) in enumerate(zip(reload["inputs"], reload["expected"])):
+            if index == 1:
+                await self.write("CONTROL", _bit("CONTROL", "soft_reset") | _bit("CONTROL", "irq_enable"))
+            await self.source.send(self.frame(codes))
+            actual = await self.receive()
+            self.check(f"reloaded model, input {index}{' after a soft reset' if index else ''}: output equals "
+                       f"its reference", np.array_equal(actual, expected))
+        await self.load_image(reload["restore"][:10], "an image cut short", "error")
+        await self.load_image(reload["restore"], "the first model's image again", "loaded")
+        await self.infer_and_check(0, "restored model, input 0")
+
+
 @cocotb.test()
 async def run_axi(dut):
     with open(os.environ["NNACCEL_CASE"], "rb") as f:
@@ -234,6 +274,8 @@ async def run_axi(dut):
         await bench.soft_reset_with_output_held(3)
         await bench.infer_and_check(3, "after a soft reset, input 3")
         await bench.back_to_back(list(range(len(case["inputs"]))))
+        if case.get("reload"):
+            await bench.weight_reload()
     finally:
         with atomic_output(os.environ["NNACCEL_RESULTS"]) as f:
             json.dump({"checks": bench.checks}, f)

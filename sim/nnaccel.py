@@ -3,6 +3,7 @@
   nnaccel compile MODEL --calibration DATA -o FOLDER [--rows R --cols C ...]
   nnaccel sim FOLDER [--simulator verilator|icarus|ghdl]
   nnaccel estimate FOLDER
+  nnaccel weights FOLDER MODEL --calibration DATA -o IMAGE.bin   (--runtime-weights designs)
 
 MODEL is a ``torch.export`` program file (``.pt2``, from ``torch.export.save``), a
 TorchScript file of a scripted ``nn.Sequential`` (``.pt``/``.ts``/``.jit``, from
@@ -16,7 +17,9 @@ wrapper in both, the register map as a C header and a Python module, a FuseSoC c
 ``report.json`` (layers, MACs, predicted cycles, memory bits), the quantized model
 (``model.npz``), the design's options (``design.json``) and the test vectors with their
 reference outputs (``vectors.npz``). ``sim`` simulates the vectors and checks them
-exactly; ``estimate`` synthesizes, places and routes the accelerator for an ECP5.
+exactly; ``estimate`` synthesizes, places and routes the accelerator for an ECP5. For a
+design compiled with ``--runtime-weights``, ``weights`` turns another model of the same
+layer shapes (retrained, say) into a weight image to load at run time (``s_axis_weights``).
 Errors are one line and a non-zero exit.
 """
 from __future__ import annotations
@@ -153,7 +156,8 @@ def compile_design(args) -> Path:
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
         raise UserError(f"name must be a plain identifier, not {name!r} (use --name)")
     try:
-        config = AcceleratorConfig(rows=args.rows, cols=args.cols, requantizer_multipliers=args.requantizer_multipliers)
+        config = AcceleratorConfig(rows=args.rows, cols=args.cols, requantizer_multipliers=args.requantizer_multipliers,
+                                   runtime_weights=args.runtime_weights)
     except (TypeError, ValueError) as error:
         raise UserError(str(error)) from None
     steps = 5
@@ -194,7 +198,7 @@ def compile_design(args) -> Path:
         files[REPORT_FILE] = json.dumps(report, indent=1) + "\n"
         files[DESIGN_FILE] = json.dumps({
             "format": DESIGN_FORMAT, "version": 1, "name": name, "rows": config.rows, "cols": config.cols,
-            "requantizer_multipliers": config.requantizer_multipliers,
+            "requantizer_multipliers": config.requantizer_multipliers, "runtime_weights": config.runtime_weights,
             "input_tdata_bits": axi.input_frame.tdata_bits, "output_tdata_bits": axi.output_frame.tdata_bits,
             "model_hash": report["model_hash"]}, indent=1) + "\n"
         for file_name, text in files.items():
@@ -235,7 +239,8 @@ def load_design(folder: str):
             raise ValueError(f"format {design.get('format')!r}")
         model = load_model(path / MODEL_FILE)
         config = AcceleratorConfig(rows=design["rows"], cols=design["cols"],
-                                   requantizer_multipliers=design["requantizer_multipliers"])
+                                   requantizer_multipliers=design["requantizer_multipliers"],
+                                   runtime_weights=design.get("runtime_weights", False))
         with np.load(path / VECTORS_FILE, allow_pickle=False) as vectors:
             inputs, expected = vectors["inputs"], vectors["expected"]
     except (OSError, ValueError, KeyError, TypeError) as error:
@@ -282,6 +287,36 @@ def estimate_design(args) -> int:
     return 0
 
 
+def weight_image_file(args) -> int:
+    from hdl.compiler.program import lower
+    from hdl.compiler.weight_image import check_loadable, image_beats
+    from pytorch_ref.ir.atomic_file import atomic_output
+    design, program, _, _ = load_design(args.folder)
+    if not program.config.runtime_weights:
+        raise UserError(f"{args.folder!r} was compiled with ROM weights; compile it with --runtime-weights")
+    _progress(1, 3, f"loading {args.model} and {args.calibration}")
+    model = _load_module(args.model)
+    calibration = _load_calibration(args.calibration)
+    _progress(2, 3, f"quantizing with {len(calibration)} calibration samples")
+    quantized = _quantize(model, calibration, design["name"], args.weight_bits)
+    try:
+        new = lower(quantized, program.config)
+        check_loadable(program, new)
+    except (TypeError, ValueError) as error:
+        raise UserError(str(error)) from None
+    beats = image_beats(new)
+    _progress(3, 3, f"writing {args.output}")
+    try:
+        with atomic_output(args.output, binary=True) as f:
+            f.write(np.asarray(beats, dtype="<u4").tobytes())
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot write {args.output!r}: {error}") from None
+    q = quantized.input_quant
+    print(f"wrote {args.output}: {len(beats)} beats of 32 bits (send them on s_axis_weights, TLAST on the last); "
+          f"quantize the new model's inputs with scale {q.scale!r} and zero point {q.zero_point}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     from hdl.config import REQUANTIZER_MULTIPLIERS
     from hdl.gateware.axi.frame_shape import TDATA_BITS
@@ -289,7 +324,7 @@ def _parser() -> argparse.ArgumentParser:
     from sim.runner import SIMULATORS
     parser = argparse.ArgumentParser(prog="nnaccel", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{compile,sim,estimate}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{compile,sim,estimate,weights}")
     c = commands.add_parser("compile", help="a model and calibration data to a folder of hardware and vectors")
     c.add_argument("model", help="a .pt2 file, a TorchScript file, or package.module:factory")
     c.add_argument("--calibration", required=True, metavar="DATA", help="float samples [N, *input_shape], .npy or .pt")
@@ -302,6 +337,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--tdata-bits", type=int, default=32, choices=TDATA_BITS, help="AXI4-Stream input width")
     c.add_argument("--output-tdata-bits", type=int, choices=TDATA_BITS, help="AXI4-Stream output width")
     c.add_argument("--vectors", type=int, default=8, help="test vectors from the calibration data (default 8)")
+    c.add_argument("--runtime-weights", action="store_true",
+                   help="weights loadable at run time (s_axis_weights; see nnaccel weights)")
     c.add_argument("--force", action="store_true", help="replace FOLDER if it exists")
     c.add_argument("--allow-large", action="store_true", help="generate a design over the on-chip memory limit")
     s = commands.add_parser("sim", help="simulate the folder's test vectors and check them exactly")
@@ -313,6 +350,12 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--axi", action="store_true", help="the AXI wrapper instead of the bare accelerator")
     e.add_argument("--device", default="85k", help="nextpnr-ecp5 device: 25k, 45k, 85k, ... (default 85k)")
     e.add_argument("--timeout", type=float, default=None, help="seconds per tool")
+    w = commands.add_parser("weights", help="a weight image of another model for a --runtime-weights design")
+    w.add_argument("folder")
+    w.add_argument("model", help="a .pt2 file, a TorchScript file, or package.module:factory")
+    w.add_argument("--calibration", required=True, metavar="DATA")
+    w.add_argument("--weight-bits", metavar="SPEC", help=WEIGHT_BITS_HELP)
+    w.add_argument("-o", "--output", required=True, metavar="IMAGE", help="the image: little-endian 32-bit words")
     return parser
 
 
@@ -326,6 +369,8 @@ def main(argv=None) -> int:
             return 0
         if args.command == "sim":
             return simulate_design(args)
+        if args.command == "weights":
+            return weight_image_file(args)
         return estimate_design(args)
     except UserError as error:
         parser.exit(2, f"nnaccel {args.command}: error: {error}\n")

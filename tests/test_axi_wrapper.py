@@ -4,6 +4,7 @@ path; and the frame arithmetic."""
 import numpy as np
 import pytest
 
+from hdl.compiler.weight_image import image_beats
 from hdl.config import AcceleratorConfig
 from hdl.gateware.axi.frame_shape import FrameShape
 from hdl.gateware.axi.top import TOP_NAME, NeuralNetworkAcceleratorAxi, frame_shapes
@@ -11,34 +12,42 @@ from sim.cases import random_case
 from sim.runner import run_cocotb
 
 
-def run_axi_case(model, rows, cols, in_bits, out_bits, simulator, build_dir, corrupt=None, pause=0.3):
-    case = random_case(model, AcceleratorConfig(rows=rows, cols=cols), count=4, seed=rows + 3 * cols)
+def run_axi_case(model, rows, cols, in_bits, out_bits, simulator, build_dir, corrupt=None, pause=0.3,
+                 runtime_weights=False):
+    config = AcceleratorConfig(rows=rows, cols=cols, runtime_weights=runtime_weights)
+    case = random_case(model, config, count=4, seed=rows + 3 * cols)
     expected = [e.copy() for e in case.expected]
     if corrupt is not None:
         expected[corrupt].reshape(-1)[0] += 1
+    reload = None
+    if runtime_weights:                 # another model of the same shapes, and the way back
+        other = random_case(model, config, count=2, seed=99)
+        reload = {"image": image_beats(other.program), "inputs": other.inputs, "expected": other.expected,
+                  "restore": image_beats(case.program)}
     top = NeuralNetworkAcceleratorAxi(case.program, in_bits, out_bits)
     out, _ = run_cocotb(top, TOP_NAME, "sim.axi_testbench",
                         {"program": case.program, "inputs": case.inputs, "expected": expected,
                          "input_tdata_bits": in_bits, "output_tdata_bits": out_bits, "seed": 7,
-                         "pause_probability": pause, "timeout_cycles": 6000},
+                         "pause_probability": pause, "timeout_cycles": 6000, "reload": reload},
                         simulator=simulator, build_dir=build_dir)
     return case, out["checks"]
 
 
-@pytest.mark.parametrize("model,rows,cols,in_bits,out_bits", [
-    ("linear", 8, 4, 32, 64),           # 8 core beats a frame: an early frame is padded
-    ("mlp", 4, 8, 256, 1024),           # non-square; one core beat a frame
+@pytest.mark.parametrize("model,rows,cols,in_bits,out_bits,runtime", [
+    ("linear", 8, 4, 32, 64, False),    # 8 core beats a frame: an early frame is padded
+    ("mlp", 4, 8, 256, 1024, True),     # non-square; one core beat a frame; a weight reload
 ])
-def test_axi_wrapper_on_verilator(model, rows, cols, in_bits, out_bits, tmp_path):
-    _, checks = run_axi_case(model, rows, cols, in_bits, out_bits, "verilator", tmp_path)
+def test_axi_wrapper_on_verilator(model, rows, cols, in_bits, out_bits, runtime, tmp_path):
+    _, checks = run_axi_case(model, rows, cols, in_bits, out_bits, "verilator", tmp_path, runtime_weights=runtime)
     failed = [c for c in checks if not c["ok"]]
-    assert len(checks) > 40 and not failed, failed
+    assert len(checks) > (50 if runtime else 40) and not failed, failed
+    assert runtime == any("reloaded model" in c["check"] for c in checks)
 
 
 def test_axi_wrapper_on_ghdl_with_the_vhdl(tmp_path):
-    _, checks = run_axi_case("mlp", 4, 4, 128, 32, "ghdl", tmp_path, pause=0.2)
+    _, checks = run_axi_case("mlp", 4, 4, 128, 32, "ghdl", tmp_path, pause=0.2, runtime_weights=True)
     failed = [c for c in checks if not c["ok"]]
-    assert len(checks) > 40 and not failed, failed
+    assert len(checks) > 50 and not failed, failed
 
 
 def test_axi_checker_reports_a_wrong_output(tmp_path):

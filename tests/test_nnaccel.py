@@ -196,3 +196,47 @@ def test_console_script_is_declared():
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert 'nnaccel = "sim.nnaccel:main"' in text
     assert shutil.which("nnaccel") or Path(sys.executable).with_name("nnaccel").exists()
+
+
+RETRAINED_SOURCE = MODEL_SOURCE + '''
+
+def retrained_cnn():
+    model = small_cnn()
+    torch.manual_seed(1)
+    for p in model.parameters():
+        p.data.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def wider_cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 12 * 12, 10))
+'''
+
+
+def test_weights_image_of_a_retrained_model(tmp_path, capsys, monkeypatch):
+    """compile --runtime-weights, then `nnaccel weights` with a retrained model: the image is
+    that model's (hdl.compiler.weight_image); a model of other shapes is refused."""
+    from hdl.compiler.program import lower
+    from hdl.compiler.weight_image import image_beats
+    from pytorch_ref.frontends.float_model import quantize_model
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "user_cnn2.py").write_text(RETRAINED_SOURCE)
+    calibration = np.random.default_rng(0).standard_normal((16, 1, 12, 12)).astype(np.float32)
+    np.save(tmp_path / "cal.npy", calibration)
+    try:
+        assert main(["compile", "user_cnn2:small_cnn", "--calibration", "cal.npy", "-o", "rt", "--rows", "2",
+                     "--cols", "2", "--vectors", "1", "--runtime-weights"]) == 0
+        assert json.loads((tmp_path / "rt" / "design.json").read_text())["runtime_weights"] is True
+        assert main(["weights", "rt", "user_cnn2:retrained_cnn", "--calibration", "cal.npy", "-o", "new.bin"]) == 0
+        import user_cnn2
+        quantized = quantize_model(user_cnn2.retrained_cnn().eval(), torch.from_numpy(calibration), name="small_cnn")
+        from hdl.config import AcceleratorConfig
+        expected = image_beats(lower(quantized, AcceleratorConfig(rows=2, cols=2, runtime_weights=True)))
+        assert np.fromfile(tmp_path / "new.bin", dtype="<u4").tolist() == expected
+        assert "quantize the new model's inputs with scale" in capsys.readouterr().out
+        err = _error(capsys, ["weights", "rt", "user_cnn2:wider_cnn", "--calibration", "cal.npy", "-o", "bad.bin"])
+        assert "differs" in err or "ops" in err
+        assert not (tmp_path / "bad.bin").exists()
+    finally:
+        sys.modules.pop("user_cnn2", None)

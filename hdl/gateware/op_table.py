@@ -50,7 +50,8 @@ class OpTable(wiring.Component):
         bank = self._program.config.bank_width
         gemm_ops = [op for op in ops if isinstance(op, GemmOp)]
         if self._program.config.runtime_weights:
-            zero_points = [Signal(signed(self.zero_point.shape().width), init=op.input_zero_point,
+            # Reset-less, like the memories beside them: a reset keeps the loaded model.
+            zero_points = [Signal(signed(self.zero_point.shape().width), init=op.input_zero_point, reset_less=True,
                                   name=f"zero_point_{index}") for index, op in enumerate(gemm_ops)]
             for index, register in enumerate(zero_points):
                 with m.If(self.load_zero_points.en & (self.load_zero_points.addr == index)):

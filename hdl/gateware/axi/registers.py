@@ -71,7 +71,8 @@ REGISTERS: tuple[Register, ...] = (
     Register("ARRAY", 0x08, "the array and the program", (
         Field("rows", 0, 8, "ro", "array rows"), Field("cols", 8, 8, "ro", "array columns"),
         Field("ops", 16, 8, "ro", "ops of the program (phases: op k for k < ops, input load = ops, "
-                                  "output = ops + 1)"))),
+                                  "output = ops + 1)"),
+        Field("runtime_weights", 24, 1, "ro", "the weights are loadable (s_axis_weights)"))),
     Register("BUS", 0x0C, "stream widths in bits", (
         Field("input_bits", 0, 16, "ro", "s_axis TDATA width"),
         Field("output_bits", 16, 16, "ro", "m_axis TDATA width"))),
@@ -84,13 +85,15 @@ REGISTERS: tuple[Register, ...] = (
         Field("idle", 0, 1, "ro", "no inference in flight"),
         Field("busy", 1, 1, "ro", "an inference is in flight (first input beat to its end)"),
         Field("frame_early", 8, 1, "w1c", "an input frame ended (TLAST) before its last beat"),
-        Field("frame_late", 9, 1, "w1c", "an input frame's last beat came without TLAST"))),
+        Field("frame_late", 9, 1, "w1c", "an input frame's last beat came without TLAST"),
+        Field("weights_error", 10, 1, "w1c", "a weight image ended early or late (load it again)"))),
     Register("CONTROL", 0x1C, "control", (
         Field("soft_reset", 0, 1, "w1p", "reset the accelerator and the streams (not the registers)"),
         Field("irq_enable", 1, 1, "rw", "drive the `irq` output from IRQ"))),
     Register("IRQ", 0x20, "interrupt causes; `irq` = irq_enable and any of them", (
         Field("done", 0, 1, "w1c", "an inference ended (its output sent, or dropped after a frame error)"),
-        Field("error", 1, 1, "w1c", "a frame error (see STATUS)"))),
+        Field("error", 1, 1, "w1c", "a frame or weight-image error (see STATUS)"),
+        Field("weights_loaded", 2, 1, "w1c", "a weight image was loaded whole"))),
     Register("RESULT", 0x24, "the last inference's predicted class", (
         Field("class_index", 0, 4, "ro", "argmax of the logits, lowest index on ties"),
         Field("valid", 31, 1, "ro", "the model is a classifier of at most 10 classes and the last "
@@ -108,6 +111,7 @@ REGISTERS: tuple[Register, ...] = (
              _whole("cycles", "ro", "")),
     Register("PHASE_BUSY", 0x40, "array steps of the selected phase in the last inference",
              _whole("steps", "ro", "")),
+    Register("WEIGHT_LOADS", 0x44, "weight images loaded whole", _whole("count", "ro", "wraps")),
 )
 
 BY_NAME = {r.name: r for r in REGISTERS}

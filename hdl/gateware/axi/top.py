@@ -21,6 +21,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.program import Program
+from hdl.compiler.weight_image import BEAT_BITS
 from hdl.gateware.axi import registers as regs
 from hdl.gateware.axi.frame_shape import FrameShape
 from hdl.gateware.axi.input_framer import InputFramer, axis_signature
@@ -66,6 +67,7 @@ class NeuralNetworkAcceleratorAxi(wiring.Component):
             **axis_signature("m_axis", output_tdata_bits, slave=False),
             **axi_lite_signature(),
             "irq": Out(1),       # not "interrupt": a C++ word that Verilator lint warns of
+            **(axis_signature("s_axis_weights", BEAT_BITS, slave=True) if program.config.runtime_weights else {}),
         })
 
     @property
@@ -118,6 +120,16 @@ class NeuralNetworkAcceleratorAxi(wiring.Component):
                      framer_out.beats.valid.eq(core.output_valid), core.output_ready.eq(framer_out.beats.ready),
                      framer_out.drop.eq(framer_in.errored)]
 
+        runtime = prog.config.runtime_weights
+        if runtime:
+            m.d.comb += [core.weights_data.eq(self.s_axis_weights_tdata), core.weights_last.eq(self.s_axis_weights_tlast),
+                         core.weights_valid.eq(self.s_axis_weights_tvalid),
+                         self.s_axis_weights_tready.eq(core.weights_ready)]
+        weights_done, weights_error = (core.weights_done, core.weights_error) if runtime else (0, 0)
+        weight_loads = Signal(32)
+        with m.If(weights_done):
+            m.d.axi += weight_loads.eq(weight_loads + 1)
+
         # Status, events and counters.
         busy = Signal()
         inferences, frame_errors = Signal(32), Signal(32)
@@ -132,13 +144,13 @@ class NeuralNetworkAcceleratorAxi(wiring.Component):
         with m.If(frame_error):
             m.d.axi += frame_errors.eq(frame_errors + 1)
         with m.If(soft_reset):
-            m.d.axi += [busy.eq(0), inferences.eq(0), frame_errors.eq(0), result_valid.eq(0)]
+            m.d.axi += [busy.eq(0), inferences.eq(0), frame_errors.eq(0), result_valid.eq(0), weight_loads.eq(0)]
 
         cfg = prog.config
         constants = {
             "ID": regs.ID_VALUE,
             "VERSION": _fields("VERSION", major=regs.VERSION_MAJOR, minor=regs.VERSION_MINOR),
-            "ARRAY": _fields("ARRAY", rows=cfg.rows, cols=cfg.cols, ops=len(prog.ops)),
+            "ARRAY": _fields("ARRAY", rows=cfg.rows, cols=cfg.cols, ops=len(prog.ops), runtime_weights=int(runtime)),
             "BUS": _fields("BUS", input_bits=self._input_shape.tdata_bits, output_bits=self._output_shape.tdata_bits),
             "FRAME": _fields("FRAME", input_beats=self._input_shape.tdata_beats,
                              output_beats=self._output_shape.tdata_beats),
@@ -151,7 +163,9 @@ class NeuralNetworkAcceleratorAxi(wiring.Component):
             status[_lsb("STATUS", "idle")].eq(~busy), status[_lsb("STATUS", "busy")].eq(busy),
             status[_lsb("STATUS", "frame_early")].eq(framer_in.early),
             status[_lsb("STATUS", "frame_late")].eq(framer_in.late),
-            irq[_lsb("IRQ", "done")].eq(framer_out.done), irq[_lsb("IRQ", "error")].eq(frame_error),
+            status[_lsb("STATUS", "weights_error")].eq(weights_error),
+            irq[_lsb("IRQ", "done")].eq(framer_out.done), irq[_lsb("IRQ", "error")].eq(frame_error | weights_error),
+            irq[_lsb("IRQ", "weights_loaded")].eq(weights_done), registers.hw_WEIGHT_LOADS.eq(weight_loads),
             result[:regs.BY_NAME["RESULT"].fields[0].width].eq(framer_out.class_index),
             result[_lsb("RESULT", "valid")].eq(result_valid),
             registers.hw_INFERENCES.eq(inferences), registers.hw_FRAME_ERRORS.eq(frame_errors),
