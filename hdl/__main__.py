@@ -133,7 +133,7 @@ def main(argv=None) -> int:
         write_atomically(args.output, text)
     except (OSError, ValueError) as error:
         command.error(f"cannot write {args.output!r}: {error}")
-    print(f"wrote {args.output}: {name}, {model.name} on a {args.rows}x{args.cols} array, "
+    print(f"wrote {args.output}: {model.name} on a {args.rows}x{args.cols} array{' in its AXI wrapper' if args.axi else ''}, "
           f"{len(text.encode()) / 1e6:.2f} MB")
     return 0
 
