@@ -223,3 +223,28 @@ def test_reset_in_mid_inference_and_long_back_pressure(simulate_case):
     cycles = [r["cycles"] for r in report.results]
     assert cycles[4] >= 2000 > max(cycles[:4]), cycles
     assert 40 < cycles[0], "the resets at 12 and 40 cycles must fall inside an inference"
+
+
+def clamped_model_case(config):
+    """ReLU6, Dropout, Identity and Hardtanh, with activation scales fixed wider than the
+    clamps (a fixed-qparams observer), so that the clamps bind in the integer domain."""
+    from torch.ao.quantization.observer import FixedQParamsObserver
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU6(), nn.Dropout(0.3), nn.MaxPool2d(2),
+                          nn.Identity(), nn.Flatten(), nn.Linear(4 * 4 * 4, 10), nn.Hardtanh(-0.5, 0.4)).eval()
+    with torch.no_grad():
+        model[0].weight.mul_(4)                      # outputs well past 6
+    fixed = lambda: FixedQParamsObserver(scale=0.08, zero_point=0, dtype=torch.qint8,  # noqa: E731
+                                         quant_min=-128, quant_max=127)
+    quantized = quantize_model(model, torch.randn(32, 2, 8, 8), name="clamps", observer=fixed)
+    requants = [layer.requant for layer in quantized.layers if hasattr(layer, "requant")]
+    assert [(rq.clamp_min, rq.clamp_max) for rq in requants] == [(0, 75), (-6, 5)]
+    return make_case(quantized, config, torch.randn(3, 2, 8, 8) * 2)
+
+
+@pytest.mark.parametrize("simulator", ["verilator", "ghdl"])
+def test_relu6_and_hardtanh_clamp_in_hardware(simulator, simulate_case):
+    case = clamped_model_case(AcceleratorConfig(rows=4, cols=4))
+    outputs = np.concatenate([e.reshape(-1) for e in case.expected])
+    assert outputs.min() == -6 and outputs.max() == 5          # the Hardtanh binds on both sides
+    simulate_case(case, simulator=simulator, seed=6)

@@ -324,3 +324,39 @@ def test_non_finite_values_are_named(where, message):
             x = x.abs() + 1
     with pytest.raises(ValueError, match=message):
         quantize_model(model, x)
+
+
+def test_relu6_and_hardtanh_fuse_as_clamps():
+    """ReLU6, Hardtanh and their functions clamp the weighted layer before them, through
+    max-pooling and flattening; two clamps intersect; Dropout and Identity vanish."""
+    class Functional(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(1, 2, 3), nn.Linear(8, 4)
+
+        def forward(self, x):
+            x = F.relu6(self.conv(x))
+            x = F.max_pool2d(x, 2).flatten(1)
+            return F.hardtanh(F.hardtanh(self.fc(x), -2.0, 3.0), min_val=-1.0, max_val=5.0)
+
+    ops = float_ops(Functional())
+    assert [(op.low, op.high) for op in ops if hasattr(op, "low")] == [(0.0, 6.0), (-1.0, 3.0)]
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(), nn.ReLU6(), nn.Identity(), nn.Hardtanh(-1, 2), nn.ReLU())
+    assert [(op.low, op.high) for op in float_ops(model)] == [(0.0, 2.0)]
+
+
+def test_clamp_errors_name_the_layer():
+    with pytest.raises(ValueError, match=r"has no Conv2d or Linear before it to fuse into"):
+        float_ops(nn.Sequential(nn.ReLU6(), nn.Linear(2, 2)))
+    class Flat(nn.Module):                     # nn.Hardtanh itself refuses min_val >= max_val
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return F.hardtanh(self.fc(x), 1.0, 1.0)
+
+    with pytest.raises(ValueError, match=r"min_val must be below max_val, not \[1.0, 1.0\]"):
+        float_ops(Flat())
+    with pytest.raises(ValueError, match=r"clamp to an empty range \[2.0, 1.0\]"):
+        float_ops(nn.Sequential(nn.Linear(2, 2), nn.Hardtanh(-1.0, 1.0), nn.Hardtanh(2.0, 3.0)))

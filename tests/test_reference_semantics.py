@@ -136,3 +136,20 @@ def test_numpy_and_torch_agree():
         assert np.array_equal(got.numpy(), expected), function.__name__
     with pytest.raises(OverflowError):
         sem.requantize_half_up(np.array([2 ** 31]), np.array([2 ** 30]), np.array([31]), 0, -128, 127)
+
+
+@pytest.mark.parametrize("scale, zero_point, low, high, expected", [
+    (0.05, 0, 0.0, 6.0, (0, 120)),              # ReLU6: 6 / 0.05 = 120
+    (0.1, 3, -0.5, 0.4, (-2, 7)),               # Hardtanh(-0.5, 0.4): -5 + 3, 4 + 3
+    (0.05, -128, 0.0, None, (-128, 127)),       # ReLU with the zero point at the bottom
+    (0.25, 0, 0.125, 0.375, (0, 2)),            # 0.5 and 1.5: ties to even
+    (0.01, 0, -5.0, 5.0, (-128, 127)),          # bounds past the codes saturate
+    (0.05, 0, None, None, (-128, 127)),
+])
+def test_activation_clamp(scale, zero_point, low, high, expected):
+    assert sem.activation_clamp(scale, zero_point, low, high) == expected
+
+
+def test_activation_clamp_rejects_an_empty_range():
+    with pytest.raises(ValueError, match=r"^clamp \[2.0, 1.0\] is empty at scale 0.05 and zero point 0$"):
+        sem.activation_clamp(0.05, 0, 2.0, 1.0)

@@ -5,8 +5,8 @@
 1. trace the model with ``torch.fx`` and walk it as a chain (:mod:`pytorch_ref.frontends.graph`),
    one handler per layer type turning each node into a neutral float op;
 2. fuse: fold each BatchNorm2d into the Conv2d before it (eval-mode running
-   statistics), and fuse each ReLU into the clamp of the Conv2d/Linear before it
-   (through MaxPool2d and Flatten, which commute with ReLU);
+   statistics), and fuse each ReLU, ReLU6 and Hardtanh into the clamp of the
+   Conv2d/Linear before it (through MaxPool2d and Flatten, which commute with a clamp);
 3. propagate shapes, stopping with a message naming the layer that cannot work;
 4. calibrate: run the float ops on calibration data, with a ``torch.ao`` observer
    (``MinMaxObserver`` unless told otherwise) on the input and on every weighted
@@ -15,9 +15,10 @@
    requantization multiplier and shift; see :mod:`pytorch_ref.frontends.quantize`).
 
 Supported: Conv2d (any kernel, stride, padding, groups; zeros padding, dilation 1),
-Linear, ReLU, MaxPool2d (dilation 1, no ceil mode), BatchNorm2d (after a Conv2d),
-Flatten, Dropout and Identity (no-ops in eval mode), and the functions and methods
-``torch.relu``, ``F.relu``, ``F.max_pool2d``, ``torch.flatten``, ``x.flatten(1)``,
+Linear, ReLU, ReLU6, Hardtanh, MaxPool2d (dilation 1, no ceil mode), BatchNorm2d (after
+a Conv2d), Flatten, Dropout and Identity (no-ops in eval mode), and the functions and
+methods ``torch.relu``, ``F.relu``, ``F.relu6``, ``F.hardtanh``, ``F.max_pool2d``,
+``torch.flatten``, ``x.flatten(1)``,
 ``x.view(x.size(0), -1)`` and ``x.reshape(...)`` of the same form.
 """
 from __future__ import annotations
@@ -48,15 +49,35 @@ REGISTRY = Registry("float front end")
 
 @dataclass
 class WeightedOp:
-    """A Conv2d or Linear (BatchNorm already folded), with ReLU fused or not."""
+    """A Conv2d or Linear (BatchNorm already folded), its output clamped to ``[low, high]``
+    by the activations fused into it (ReLU: ``low = 0``; ReLU6: ``[0, 6]``; Hardtanh)."""
     name: str
     where: str
     module: nn.Conv2d | nn.Linear
-    relu: bool = False
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def relu(self) -> bool:
+        return self.low is not None and self.low >= 0
+
+    @property
+    def clamped(self) -> bool:
+        return self.low is not None or self.high is not None
+
+    def clamp(self, low: float | None, high: float | None):
+        """Fuse one more clamp: the bounds intersect (a second ReLU changes nothing)."""
+        if low is not None:
+            self.low = low if self.low is None else max(self.low, low)
+        if high is not None:
+            self.high = high if self.high is None else min(self.high, high)
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"{self.where}: the activations after it clamp to an empty range "
+                             f"[{self.low}, {self.high}]")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.module(x)
-        return torch.relu(y) if self.relu else y
+        return y.clamp(self.low, self.high) if self.clamped else y
 
     def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         m = self.module
@@ -121,10 +142,13 @@ class BatchNormOp:
 
 
 @dataclass
-class ReLUOp:
-    """Fused into the weighted layer before it by :func:`_fuse`; never lowered."""
+class ClampOp:
+    """ReLU, ReLU6 or Hardtanh: a clamp to ``[low, high]``, fused into the weighted layer
+    before it by :func:`_fuse`; never lowered."""
     name: str
     where: str
+    low: float | None = 0.0
+    high: float | None = None
 
 
 FloatOp = WeightedOp | MaxPoolOp | FlattenOp
@@ -188,7 +212,25 @@ def _batchnorm(step: Step):
 @REGISTRY.function(torch.relu, torch.relu_, F.relu, F.relu_)
 @REGISTRY.method("relu", "relu_")
 def _relu(step: Step):
-    return ReLUOp(_name(step), step.where)
+    return ClampOp(_name(step), step.where, 0.0, None)
+
+
+def _hardtanh_signature(input, min_val=-1.0, max_val=1.0, inplace=False):    # noqa: A002
+    return float(min_val), float(max_val)
+
+
+@REGISTRY.module(nn.ReLU6, nn.Hardtanh)
+@REGISTRY.function(F.relu6, F.hardtanh, F.hardtanh_)
+def _hardtanh(step: Step):
+    if step.module is not None:
+        low, high = float(step.module.min_val), float(step.module.max_val)
+    elif step.node.target is F.relu6:
+        low, high = 0.0, 6.0
+    else:
+        low, high = _hardtanh_signature(*step.node.args, **step.node.kwargs)
+    if not low < high:
+        raise ValueError(f"{step.where}: min_val must be below max_val, not [{low}, {high}]")
+    return ClampOp(_name(step), step.where, low, high)
 
 
 def _max_pool_signature(input, kernel_size, stride=None, padding=0, dilation=1,   # noqa: A002
@@ -271,20 +313,21 @@ def _fuse(ops: list) -> list[FloatOp]:
     for op in ops:
         if isinstance(op, BatchNormOp):
             before = fused[-1] if fused else None
-            if not (isinstance(before, WeightedOp) and isinstance(before.module, nn.Conv2d) and not before.relu):
+            if not (isinstance(before, WeightedOp) and isinstance(before.module, nn.Conv2d) and not before.clamped):
                 raise ValueError(f"{op.where} must directly follow a Conv2d to be folded into it")
             try:
                 before.module = fold_batchnorm(before.module, op.module)
             except ValueError as error:
                 raise ValueError(f"{op.where}: {error}") from None
-        elif isinstance(op, ReLUOp):
-            # ReLU commutes with max-pooling and flattening: fuse it into the weighted layer.
+        elif isinstance(op, ClampOp):
+            # A clamp commutes with max-pooling and flattening (both monotone): fuse it into
+            # the weighted layer before them.
             target = next((o for o in reversed(fused) if isinstance(o, WeightedOp)), None)
             between = fused[fused.index(target) + 1:] if target is not None else fused
             if target is None or not all(isinstance(o, (MaxPoolOp, FlattenOp)) for o in between):
                 raise ValueError(f"{op.where} has no Conv2d or Linear before it to fuse into "
                                  f"(only MaxPool2d and Flatten may stand between them)")
-            target.relu = True      # a second ReLU is idempotent
+            target.clamp(op.low, op.high)
         else:
             fused.append(op)
     return fused
@@ -411,7 +454,7 @@ def _lower_weighted(op: WeightedOp, input_quant: QuantParams, output_quant: Quan
     common = dict(name=op.name, weight=codes, weight_bits=bits,
                   bias=quantize_bias(m.bias, input_quant.scale, weight_scales, op.name),
                   input_quant=input_quant, output_quant=output_quant,
-                  requant=make_requantization(input_quant.scale, weight_scales, output_quant, op.relu))
+                  requant=make_requantization(input_quant.scale, weight_scales, output_quant, op.low, op.high))
     if isinstance(m, nn.Linear):
         return DenseLayer(**common)
     return Conv2dLayer(**common, stride=tuple(m.stride), padding=tuple(m.padding), groups=m.groups)

@@ -35,12 +35,14 @@ def quantize_weight(weight: torch.Tensor, bits: int = sem.WEIGHT_BITS) -> tuple[
 
 
 def make_requantization(input_scale: float, weight_scales: np.ndarray, output: QuantParams,
-                        relu: bool) -> Requantization:
+                        low: float | None = None, high: float | None = None) -> Requantization:
+    """The requantization of a layer whose output is clamped to ``[low, high]`` (reals;
+    ``None``: unbounded; ReLU: ``low = 0``)."""
     pairs = [sem.quantize_multiplier(input_scale * float(ws) / output.scale) for ws in weight_scales]
+    clamp_min, clamp_max = sem.activation_clamp(output.scale, output.zero_point, low, high)
     return Requantization(multiplier=np.array([m for m, _ in pairs], dtype=np.int64),
                           shift=np.array([s for _, s in pairs], dtype=np.int64),
-                          zero_point=output.zero_point,
-                          clamp_min=sem.relu_clamp_min(output.zero_point, relu))
+                          zero_point=output.zero_point, clamp_min=clamp_min, clamp_max=clamp_max)
 
 
 def quantize_bias(bias: torch.Tensor | None, input_scale: float, weight_scales: np.ndarray,

@@ -18,8 +18,10 @@ import torch
 from torch import nn
 
 _ATEN = torch.ops.aten
-SUPPORTED_ATEN = ("conv2d", "linear", "relu", "max_pool2d", "batch_norm", "flatten", "view", "reshape")
-SUPPORTED_SCRIPTED = ("Conv2d", "Linear", "ReLU", "MaxPool2d", "BatchNorm2d", "Flatten")
+SUPPORTED_ATEN = ("conv2d", "linear", "relu", "hardtanh", "max_pool2d", "batch_norm", "flatten", "view", "reshape",
+                  "dropout", "clone")
+SUPPORTED_SCRIPTED = ("Conv2d", "Linear", "ReLU", "ReLU6", "Hardtanh", "MaxPool2d", "BatchNorm2d", "Flatten",
+                      "Dropout", "Identity")
 
 
 def _pair(value) -> tuple[int, int]:
@@ -82,6 +84,10 @@ def _aten_module(node, tensor) -> nn.Module:
         return _load(nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None), weight, bias)
     if target in (_ATEN.relu.default, _ATEN.relu_.default):
         return nn.ReLU()
+    if target in (_ATEN.hardtanh.default, _ATEN.hardtanh_.default):
+        return nn.Hardtanh(float(_arg(node, 1, -1.0)), float(_arg(node, 2, 1.0)))
+    if target in (_ATEN.dropout.default, _ATEN.clone.default):    # eval mode: the identity
+        return nn.Identity()
     if target is _ATEN.max_pool2d.default:
         kernel = _pair(node.args[1])
         stride = _pair(_arg(node, 2, []) or kernel)
@@ -149,6 +155,10 @@ def _scripted_module(kind: str, child) -> nn.Module:
         return _load(nn.Linear(weight.shape[1], weight.shape[0], bias=child.bias is not None), weight, child.bias)
     if kind == "ReLU":
         return nn.ReLU()
+    if kind in ("ReLU6", "Hardtanh"):
+        return nn.Hardtanh(float(child.min_val), float(child.max_val))
+    if kind in ("Dropout", "Identity"):
+        return nn.Identity()
     if kind == "MaxPool2d":
         return nn.MaxPool2d(child.kernel_size, child.stride, child.padding, child.dilation, ceil_mode=child.ceil_mode)
     if kind == "BatchNorm2d":

@@ -161,7 +161,8 @@ def _lower_weighted(op: _Weighted, input_quant: QuantParams, offset: int):
     common = dict(name=op.name, weight=codes,
                   bias=quantize_bias(bias, input_quant.scale, scales, op.name),
                   input_quant=input_quant, output_quant=output_quant,
-                  requant=make_requantization(input_quant.scale, scales, output_quant, op.relu))
+                  requant=make_requantization(input_quant.scale, scales, output_quant,
+                                               low=0.0 if op.relu else None))
     if isinstance(m, nnq.Linear):
         return DenseLayer(**common)
     if m.padding_mode != "zeros":

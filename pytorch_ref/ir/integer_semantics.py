@@ -22,7 +22,8 @@ A layer computes, per output ``n``::
     y[n]   = clamp(rounding_shift_right_half_up(acc[n] * multiplier[n], shift[n])
                    + y_zero_point, clamp_min, clamp_max)
 
-ReLU is fused as ``clamp_min = max(-128, y_zero_point)``. Padding of a convolution
+ReLU is fused as ``clamp_min = max(-128, y_zero_point)``; ReLU6 and Hardtanh as both bounds,
+each quantized like an activation (:func:`activation_clamp`). Padding of a convolution
 reads as ``x_zero_point`` (a real zero); padding of a max-pool reads as -128 (the
 smallest code, so it never wins).
 
@@ -181,6 +182,21 @@ def quantize_activation(x, scale: float, zero_point: int):
 def dequantize_activation(q, scale: float, zero_point: int):
     """int8 codes to float32 reals; ``q`` is a NumPy array or a torch tensor."""
     return (_convert(q, "float32") - zero_point) * scale
+
+
+def activation_clamp(scale: float, zero_point: int, low: float | None, high: float | None) -> tuple[int, int]:
+    """``(clamp_min, clamp_max)`` codes of an activation clamped to ``[low, high]`` (reals;
+    ``None``: unbounded): each bound quantized as an activation is (round half to even, as
+    PyTorch's quantized ``hardtanh`` does), within ``[-128, 127]``. ReLU is ``low = 0``,
+    ReLU6 ``[0, 6]``."""
+    def code(bound, default):
+        if bound is None:
+            return default
+        return int(min(ACTIVATION_MAX, max(ACTIVATION_MIN, round(bound / scale) + zero_point)))
+    lo, hi = code(low, ACTIVATION_MIN), code(high, ACTIVATION_MAX)
+    if lo > hi:
+        raise ValueError(f"clamp [{low}, {high}] is empty at scale {scale} and zero point {zero_point}")
+    return lo, hi
 
 
 def relu_clamp_min(zero_point: int, relu: bool) -> int:
