@@ -175,6 +175,7 @@ def compile_design(args) -> Path:
         raise UserError(str(error)) from None
     codes = sem.quantize_activation(calibration[:args.vectors], quantized.input_quant.scale,
                                     quantized.input_quant.zero_point)
+    codes = codes.reshape((len(codes),) + tuple(quantized.input_shape))     # a Conv1d model's (C, 1, L)
     expected = run_integer_reference(quantized, codes, device="cpu").numpy()
 
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -248,3 +248,14 @@ def test_relu6_and_hardtanh_clamp_in_hardware(simulator, simulate_case):
     outputs = np.concatenate([e.reshape(-1) for e in case.expected])
     assert outputs.min() == -6 and outputs.max() == 5          # the Hardtanh binds on both sides
     simulate_case(case, simulator=simulator, seed=6)
+
+
+def test_conv1d_model_matches_reference(simulate_case):
+    """A keyword-spotting-like 1-D chain: Conv1d, depthwise Conv1d, pooling over time."""
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Conv1d(4, 8, 5, stride=2, padding=2), nn.ReLU(),
+                          nn.Conv1d(8, 8, 3, groups=8, padding="same"), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(8 * 12, 5)).eval()
+    quantized = quantize_model(model, torch.randn(32, 4, 24), name="conv1d")
+    case = make_case(quantized, AcceleratorConfig(rows=4, cols=8), torch.randn(2, 4, 1, 24))
+    simulate_case(case, seed=9)

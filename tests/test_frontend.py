@@ -360,3 +360,23 @@ def test_clamp_errors_name_the_layer():
         float_ops(Flat())
     with pytest.raises(ValueError, match=r"clamp to an empty range \[2.0, 1.0\]"):
         float_ops(nn.Sequential(nn.Linear(2, 2), nn.Hardtanh(-1.0, 1.0), nn.Hardtanh(2.0, 3.0)))
+
+
+def test_conv1d_is_a_conv2d_of_height_one():
+    """Conv1d (strided, padded, depthwise with padding='same') lowers to Conv2d layers over
+    a (C, 1, L) input, and the integer model follows the float one."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(3, 8, 5, stride=2, padding=2), nn.ReLU(),
+                          nn.Conv1d(8, 8, 3, groups=8, padding="same"), nn.ReLU6(),
+                          nn.Flatten(), nn.Linear(8 * 10, 4)).eval()
+    x = torch.randn(64, 3, 20)
+    quantized = quantize_model(model, x, name="c1d")
+    assert quantized.input_shape == (3, 1, 20)
+    convs = [layer for layer in quantized.layers if isinstance(layer, Conv2dLayer)]
+    assert [(c.weight.shape, c.stride, c.padding, c.groups) for c in convs] == [
+        ((8, 3, 1, 5), (1, 2), (0, 2), 1), ((8, 1, 1, 3), (1, 1), (0, 1), 8)]
+    codes = sem.quantize_activation(x, quantized.input_quant.scale, quantized.input_quant.zero_point)
+    out = run_integer_reference(quantized, codes.reshape(64, 3, 1, 20), device="cpu")
+    q = quantized.output_quant
+    error = (sem.dequantize_activation(out, q.scale, q.zero_point) - model(x).detach()).abs().max() / q.scale
+    assert error < 4, f"{error:.2f} LSB"

@@ -243,10 +243,11 @@ def test_weights_image_of_a_retrained_model(tmp_path, capsys, monkeypatch):
 
 
 def test_exported_clamps_and_no_ops(tmp_path):
-    """ReLU6 and Hardtanh export as aten.hardtanh, Dropout as aten.dropout: all rebuilt."""
-    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU6(), nn.Dropout(0.5), nn.Linear(5, 3), nn.Hardtanh(-0.2, 0.3)).eval()
-    torch.export.save(torch.export.export(model, (torch.randn(1, 6),)), tmp_path / "m.pt2")
+    """Conv1d, ReLU6 and Hardtanh (aten.hardtanh) and Dropout (aten.dropout): all rebuilt."""
+    model = nn.Sequential(nn.Conv1d(2, 3, 3, padding=1), nn.ReLU6(), nn.Dropout(0.5), nn.Flatten(),
+                          nn.Linear(18, 3), nn.Hardtanh(-0.2, 0.3)).eval()
+    torch.export.save(torch.export.export(model, (torch.randn(1, 2, 6),)), tmp_path / "m.pt2")
     torch.jit.script(model).save(tmp_path / "m.pt")
-    x = torch.randn(8, 6) * 4
+    x = torch.randn(8, 2, 6) * 4
     for loaded in (load_exported(tmp_path / "m.pt2"), load_torchscript(tmp_path / "m.pt")):
         assert torch.equal(loaded(x), model(x))

@@ -15,6 +15,8 @@
    requantization multiplier and shift; see :mod:`pytorch_ref.frontends.quantize`).
 
 Supported: Conv2d (any kernel, stride, padding, groups; zeros padding, dilation 1),
+Conv1d (as a Conv2d of kernel height 1: a model whose input is ``(C, L)`` becomes an
+integer model of input ``(C, 1, L)``; reshape its inputs so),
 Linear, ReLU, ReLU6, Hardtanh, MaxPool2d (dilation 1, no ceil mode), BatchNorm2d (after
 a Conv2d), Flatten, Dropout and Identity (no-ops in eval mode), and the functions and
 methods ``torch.relu``, ``F.relu``, ``F.relu6``, ``F.hardtanh``, ``F.max_pool2d``,
@@ -56,6 +58,7 @@ class WeightedOp:
     module: nn.Conv2d | nn.Linear
     low: float | None = None
     high: float | None = None
+    from_1d: bool = False           # a Conv1d, run as a Conv2d on a (C, 1, L) image
 
     @property
     def relu(self) -> bool:
@@ -76,6 +79,8 @@ class WeightedOp:
                              f"[{self.low}, {self.high}]")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.from_1d and x.dim() == 3:           # [B, C, L] -> [B, C, 1, L]
+            x = x.unsqueeze(2)
         y = self.module(x)
         return y.clamp(self.low, self.high) if self.clamped else y
 
@@ -89,8 +94,12 @@ class WeightedOp:
                 raise ValueError(f"{self.where}: expects {m.in_features} input features, not {shape[0]} "
                                  f"(the input shape of the model does not match this layer)")
             return (m.out_features,)
+        if self.from_1d and len(shape) == 2:
+            shape = (shape[0], 1, shape[1])
         if len(shape) != 3:
-            raise ValueError(f"{self.where}: a Conv2d needs a (channels, height, width) input, not shape {shape}")
+            kind = "(channels, length)" if self.from_1d else "(channels, height, width)"
+            raise ValueError(f"{self.where}: a {type(m).__name__ if not self.from_1d else 'Conv1d'} needs a "
+                             f"{kind} input, not shape {shape}")
         if shape[0] != m.in_channels:
             raise ValueError(f"{self.where}: expects {m.in_channels} input channels, not {shape[0]}")
         return (m.out_channels,) + _window_output(shape, m.kernel_size, m.stride, m.padding, "kernel", self.where)
@@ -174,9 +183,28 @@ def _name(step: Step) -> str:
     return step.node.name
 
 
+@REGISTRY.module(nn.Conv1d)
+def _conv1d(step: Step):
+    """A Conv1d as a Conv2d of kernel height 1 over a (C, 1, L) image."""
+    c = step.module
+    padding = c.padding if isinstance(c.padding, str) else (0, c.padding[0])
+    conv = nn.Conv2d(c.in_channels, c.out_channels, (1, c.kernel_size[0]), (1, c.stride[0]), padding,
+                     (1, c.dilation[0]), c.groups, bias=c.bias is not None, padding_mode=c.padding_mode)
+    with torch.no_grad():
+        conv.weight.copy_(c.weight.unsqueeze(2))
+        if c.bias is not None:
+            conv.bias.copy_(c.bias)
+    op = _checked_conv(step, conv)
+    op.from_1d = True
+    return op
+
+
 @REGISTRY.module(nn.Conv2d)
 def _conv2d(step: Step):
-    conv = step.module
+    return _checked_conv(step, step.module)
+
+
+def _checked_conv(step: Step, conv: nn.Conv2d) -> "WeightedOp":
     if conv.padding_mode != "zeros":
         raise ValueError(f"{step.where}: padding mode must be 'zeros', not {conv.padding_mode!r}")
     if tuple(conv.dilation) != (1, 1):
@@ -438,6 +466,9 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
             layers.append(MaxPool2dLayer(op.name, op.kernel_size, op.stride, op.padding))
         else:
             layers.append(FlattenLayer(op.name))
+    first = next((op for op in ops if isinstance(op, WeightedOp)), None)
+    if first is not None and first.from_1d and len(input_shape) == 2:
+        input_shape = (input_shape[0], 1, input_shape[1])   # the integer model sees a height-1 image
     return QuantizedModel(name=name, input_shape=input_shape, input_quant=input_quant, layers=tuple(layers))
 
 

@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 _ATEN = torch.ops.aten
-SUPPORTED_ATEN = ("conv2d", "linear", "relu", "hardtanh", "max_pool2d", "batch_norm", "flatten", "view", "reshape",
+SUPPORTED_ATEN = ("conv1d", "conv2d", "linear", "relu", "hardtanh", "max_pool2d", "batch_norm", "flatten", "view", "reshape",
                   "dropout", "clone")
-SUPPORTED_SCRIPTED = ("Conv2d", "Linear", "ReLU", "ReLU6", "Hardtanh", "MaxPool2d", "BatchNorm2d", "Flatten",
+SUPPORTED_SCRIPTED = ("Conv1d", "Conv2d", "Linear", "ReLU", "ReLU6", "Hardtanh", "MaxPool2d", "BatchNorm2d", "Flatten",
                       "Dropout", "Identity")
 
 
@@ -77,6 +77,14 @@ def _aten_module(node, tensor) -> nn.Module:
         dilation, groups = _pair(_arg(node, 5, 1)), _arg(node, 6, 1)
         out_c, in_per_group, kh, kw = weight.shape
         module = nn.Conv2d(in_per_group * groups, out_c, (kh, kw), stride, padding, dilation, groups,
+                           bias=bias is not None)
+        return _load(module, weight, bias)
+    if target is _ATEN.conv1d.default:
+        weight, bias = tensor(node.args[1]), tensor(_arg(node, 2, None))
+        stride, padding, dilation = _arg(node, 3, [1]), _arg(node, 4, [0]), _arg(node, 5, [1])
+        groups = _arg(node, 6, 1)
+        out_c, in_per_group, k = weight.shape
+        module = nn.Conv1d(in_per_group * groups, out_c, k, stride[0], padding[0], dilation[0], groups,
                            bias=bias is not None)
         return _load(module, weight, bias)
     if target is _ATEN.linear.default:
@@ -146,6 +154,10 @@ def load_torchscript(path: str | Path) -> nn.Sequential:
 
 
 def _scripted_module(kind: str, child) -> nn.Module:
+    if kind == "Conv1d":
+        module = nn.Conv1d(child.in_channels, child.out_channels, child.kernel_size, child.stride, child.padding,
+                           child.dilation, child.groups, bias=child.bias is not None)
+        return _load(module, child.weight, child.bias)
     if kind == "Conv2d":
         module = nn.Conv2d(child.in_channels, child.out_channels, child.kernel_size, child.stride, child.padding,
                            child.dilation, child.groups, bias=child.bias is not None)
