@@ -259,3 +259,25 @@ def test_conv1d_model_matches_reference(simulate_case):
     quantized = quantize_model(model, torch.randn(32, 4, 24), name="conv1d")
     case = make_case(quantized, AcceleratorConfig(rows=4, cols=8), torch.randn(2, 4, 1, 24))
     simulate_case(case, seed=9)
+
+
+class AveragePools(nn.Module):
+    """AvgPool2d (padded), global average pooling and a mean over height and width."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.pool = nn.Conv2d(3, 8, 3, padding=1), nn.AvgPool2d(3, stride=2, padding=1)
+        self.conv2, self.gap, self.fc = nn.Conv2d(8, 8, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.conv1(x)))
+        return self.fc(self.gap(torch.relu(self.conv2(x))).flatten(1))
+
+
+@pytest.mark.parametrize("simulator", ["verilator", "ghdl"])
+def test_average_pooling_matches_reference(simulator, simulate_case):
+    torch.manual_seed(5)
+    quantized = quantize_model(AveragePools().eval(), torch.randn(32, 3, 10, 10), name="avgpool")
+    assert [getattr(layer, "groups", 1) for layer in quantized.layers[:4]] == [1, 8, 1, 8]
+    case = make_case(quantized, AcceleratorConfig(rows=4, cols=4), torch.randn(2, 3, 10, 10))
+    simulate_case(case, simulator=simulator, seed=11)

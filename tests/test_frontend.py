@@ -380,3 +380,74 @@ def test_conv1d_is_a_conv2d_of_height_one():
     q = quantized.output_quant
     error = (sem.dequantize_activation(out, q.scale, q.zero_point) - model(x).detach()).abs().max() / q.scale
     assert error < 4, f"{error:.2f} LSB"
+
+
+def test_average_pooling_lowers_to_unit_depthwise_convolutions():
+    """AvgPool2d, AdaptiveAvgPool2d(1), F.avg_pool2d and x.mean((2, 3)) become depthwise
+    convolutions of unit weights at their input's scale and zero point."""
+    class Pools(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.pool, self.gap, self.fc = nn.Conv2d(2, 4, 3, padding=1), nn.AvgPool2d(2), \
+                nn.AdaptiveAvgPool2d(1), nn.Linear(4, 3)
+
+        def forward(self, x):
+            x = F.avg_pool2d(self.pool(F.relu(self.conv(x))), 3, stride=1, padding=1)
+            return self.fc(self.gap(x).flatten(1) + 0 * x.mean((2, 3)))
+
+    class Mean(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(2, 4, 3), nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(F.relu(self.conv(x)).mean((-2, -1)))
+
+    torch.manual_seed(0)
+    quantized = quantize_model(Mean().eval(), torch.randn(16, 2, 8, 8), name="mean")
+    pool = quantized.layers[1]
+    assert isinstance(pool, Conv2dLayer) and pool.groups == 4 and pool.kernel_size == (6, 6)
+    assert (pool.weight == 1).all() and pool.input_quant == pool.output_quant
+    assert isinstance(quantized.layers[2], FlattenLayer)
+    with pytest.raises(TypeError, match=r"only a chain of layers is supported"):    # Pools branches
+        float_ops(Pools())
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: nn.AvgPool2d(2, ceil_mode=True), r"ceil_mode must be False"),
+    (lambda: nn.AvgPool2d(3, padding=1, count_include_pad=False), r"count_include_pad must be True"),
+    (lambda: nn.AvgPool2d(2, divisor_override=3), r"divisor_override is not supported"),
+    (lambda: nn.AdaptiveAvgPool2d(2), r"only global average pooling \(output size 1\) is supported, not 2"),
+])
+def test_average_pooling_errors(make, message):
+    with pytest.raises(ValueError, match=message):
+        float_ops(nn.Sequential(nn.Conv2d(1, 1, 1), make()))
+
+
+@pytest.mark.parametrize("kernel, padding", [(2, 0), (3, 1), (3, 0), (4, 0)])
+def test_average_pooling_against_pytorchs_quantized_engine(kernel, padding):
+    """Odd window areas: equal to torch.ao's quantized avg_pool2d code for code. Even areas:
+    PyTorch rounds exact ties half to even where this design rounds them up, so the codes
+    differ by one exactly on ties, and nowhere else (see integer_semantics.average_pool_weights)."""
+    import torch.ao.nn.quantized.functional as qF
+    from pytorch_ref.frontends.quantize import make_requantization
+    from pytorch_ref.ir.quantized_model import QuantizedModel, QuantParams
+    channels, size, q = 4, 12, QuantParams(0.05, -7)
+    codes, scales = sem.average_pool_weights(channels, (kernel, kernel))
+    layer = Conv2dLayer(name="avg", weight=codes, weight_bits=8, bias=np.zeros(channels, np.int32), input_quant=q,
+                        output_quant=q, requant=make_requantization(q.scale, scales, q), stride=(kernel, kernel),
+                        padding=(padding, padding), groups=channels)
+    model = QuantizedModel(name="avg", input_shape=(channels, size, size), input_quant=q, layers=(layer,))
+    x = torch.randint(-128, 128, (32, channels, size, size), generator=torch.Generator().manual_seed(kernel),
+                      dtype=torch.int8)
+    ours = run_integer_reference(model, x, device="cpu").numpy().astype(int)
+    qx = torch._make_per_tensor_quantized_tensor((x.int() + 128).to(torch.uint8), q.scale, q.zero_point + 128)
+    theirs = qF.avg_pool2d(qx, kernel, kernel, padding).int_repr().numpy().astype(int) - 128
+    window_sums = torch.nn.functional.avg_pool2d((x.double() - q.zero_point), kernel, kernel, padding) * kernel ** 2
+    ties = (window_sums.numpy() % kernel ** 2) == kernel ** 2 / 2
+    if kernel % 2:
+        assert not ties.any() and np.array_equal(ours, theirs)
+    else:
+        differ = ours != theirs
+        assert ties.any() and differ.any() and not (differ & ~ties).any()
+        assert ((ours - theirs)[differ] == 1).all() and (theirs[differ] % 2 == 0).all()   # up, where even stays

@@ -251,3 +251,23 @@ def test_exported_clamps_and_no_ops(tmp_path):
     x = torch.randn(8, 2, 6) * 4
     for loaded in (load_exported(tmp_path / "m.pt2"), load_torchscript(tmp_path / "m.pt")):
         assert torch.equal(loaded(x), model(x))
+
+
+class _MeanHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.pool, self.fc = nn.Conv2d(2, 4, 3, padding=1), nn.AvgPool2d(2), nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.pool(self.conv(x))).mean((2, 3)))
+
+
+def test_exported_average_pooling(tmp_path):
+    """avg_pool2d, adaptive_avg_pool2d and mean over (2, 3) in torch.export and TorchScript files."""
+    x = torch.randn(4, 2, 8, 8)
+    model = _MeanHead().eval()
+    torch.export.save(torch.export.export(model, (x[:1],)), tmp_path / "m.pt2")
+    assert torch.allclose(load_exported(tmp_path / "m.pt2")(x), model(x), atol=1e-6)
+    scripted = nn.Sequential(nn.Conv2d(2, 4, 3), nn.AvgPool2d(2, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten()).eval()
+    torch.jit.script(scripted).save(tmp_path / "s.pt")
+    assert torch.equal(load_torchscript(tmp_path / "s.pt")(x), scripted(x))

@@ -17,9 +17,11 @@
 Supported: Conv2d (any kernel, stride, padding, groups; zeros padding, dilation 1),
 Conv1d (as a Conv2d of kernel height 1: a model whose input is ``(C, L)`` becomes an
 integer model of input ``(C, 1, L)``; reshape its inputs so),
-Linear, ReLU, ReLU6, Hardtanh, MaxPool2d (dilation 1, no ceil mode), BatchNorm2d (after
+Linear, ReLU, ReLU6, Hardtanh, MaxPool2d (dilation 1, no ceil mode), AvgPool2d
+(``count_include_pad``, no ceil mode), AdaptiveAvgPool2d(1), BatchNorm2d (after
 a Conv2d), Flatten, Dropout and Identity (no-ops in eval mode), and the functions and
 methods ``torch.relu``, ``F.relu``, ``F.relu6``, ``F.hardtanh``, ``F.max_pool2d``,
+``F.avg_pool2d``, ``F.adaptive_avg_pool2d``, ``x.mean((2, 3))``,
 ``torch.flatten``, ``x.flatten(1)``,
 ``x.view(x.size(0), -1)`` and ``x.reshape(...)`` of the same form.
 """
@@ -29,6 +31,7 @@ import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -124,6 +127,36 @@ class MaxPoolOp:
 
 
 @dataclass
+class AvgPoolOp:
+    """Average pooling (``count_include_pad``), lowered to a depthwise convolution of unit
+    weights (:func:`~pytorch_ref.ir.integer_semantics.average_pool_weights`); its output keeps
+    its input's scale and zero point, as in PyTorch's quantized engine. ``kernel_size`` None:
+    global average pooling (the whole input), output ``(C, 1, 1)``."""
+    name: str
+    where: str
+    kernel_size: tuple[int, int] | None
+    stride: tuple[int, int] | None = None
+    padding: tuple[int, int] = (0, 0)
+    flatten: bool = False               # ``x.mean((2, 3))``: the result is flat ``(C,)``
+
+    def window(self, shape) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+        kernel = self.kernel_size or tuple(shape[1:])
+        return kernel, self.stride or kernel, self.padding
+
+    def forward(self, x):
+        kernel, stride, padding = self.window(x.shape[1:])
+        y = F.avg_pool2d(x, kernel, stride, padding, count_include_pad=True)
+        return y.flatten(1) if self.flatten else y
+
+    def output_shape(self, shape):
+        if len(shape) != 3:
+            raise ValueError(f"{self.where}: average pooling needs a (channels, height, width) input, not shape {shape}")
+        kernel, stride, padding = self.window(shape)
+        out = (shape[0],) + _window_output(shape, kernel, stride, padding, "pooling window", self.where)
+        return (shape[0] * out[1] * out[2],) if self.flatten else out
+
+
+@dataclass
 class FlattenOp:
     name: str
     where: str
@@ -160,7 +193,7 @@ class ClampOp:
     high: float | None = None
 
 
-FloatOp = WeightedOp | MaxPoolOp | FlattenOp
+FloatOp = WeightedOp | MaxPoolOp | AvgPoolOp | FlattenOp
 
 
 def _window_output(shape, kernel, stride, padding, what, where) -> tuple[int, int]:
@@ -295,6 +328,58 @@ def maxpool_op(name, where, kernel_size, stride, padding, dilation, ceil_mode, r
     return MaxPoolOp(name, where, kernel, stride, padding)
 
 
+def _avg_pool_signature(input, kernel_size, stride=None, padding=0, ceil_mode=False,   # noqa: A002
+                        count_include_pad=True, divisor_override=None):
+    return dict(kernel_size=kernel_size, stride=stride, padding=padding, ceil_mode=ceil_mode,
+                count_include_pad=count_include_pad, divisor_override=divisor_override)
+
+
+@REGISTRY.module(nn.AvgPool2d)
+@REGISTRY.function(F.avg_pool2d)
+def _avgpool(step: Step):
+    if step.module is not None:
+        m = step.module
+        args = dict(kernel_size=m.kernel_size, stride=m.stride, padding=m.padding, ceil_mode=m.ceil_mode,
+                    count_include_pad=m.count_include_pad, divisor_override=m.divisor_override)
+    else:
+        args = _avg_pool_signature(*step.node.args, **step.node.kwargs)
+    if args["ceil_mode"]:
+        raise ValueError(f"{step.where}: ceil_mode must be False")
+    if not args["count_include_pad"]:
+        raise ValueError(f"{step.where}: count_include_pad must be True (the divisor is the window's area)")
+    if args["divisor_override"] is not None:
+        raise ValueError(f"{step.where}: divisor_override is not supported")
+    kernel = pair(args["kernel_size"], "kernel_size", step.where)
+    stride = args["stride"]
+    stride = kernel if stride is None or stride == () or stride == [] else pair(stride, "stride", step.where)
+    padding = pair(args["padding"], "padding", step.where)
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise ValueError(f"{step.where}: padding {padding} must be at most half the kernel {kernel}")
+    return AvgPoolOp(_name(step), step.where, kernel, stride, padding)
+
+
+@REGISTRY.module(nn.AdaptiveAvgPool2d)
+@REGISTRY.function(F.adaptive_avg_pool2d)
+def _global_avgpool(step: Step):
+    size = step.module.output_size if step.module is not None else (
+        step.node.args[1] if len(step.node.args) > 1 else step.node.kwargs["output_size"])
+    if size not in (1, (1, 1), [1, 1]):
+        raise ValueError(f"{step.where}: only global average pooling (output size 1) is supported, not {size!r}")
+    return AvgPoolOp(_name(step), step.where, None)
+
+
+@REGISTRY.function(torch.mean)
+@REGISTRY.method("mean")
+def _mean(step: Step):
+    args = list(step.node.args[1:]) + [step.node.kwargs.get(k) for k in ("dim", "keepdim") if k in step.node.kwargs]
+    dims = args[0] if args else None
+    keepdim = bool(args[1]) if len(args) > 1 else False
+    if dims is None or sorted(d % 4 for d in ([dims] if isinstance(dims, int) else dims)) != [2, 3]:
+        raise ValueError(f"{step.where}: only a mean over height and width (dims 2 and 3, or -2 and -1) is "
+                         f"supported, not dims {dims!r}")
+    return AvgPoolOp(_name(step), step.where, None, flatten=not keepdim)
+
+
 @REGISTRY.module(nn.Flatten)
 def _flatten_module(step: Step):
     if (step.module.start_dim, step.module.end_dim) != (1, -1):
@@ -426,7 +511,7 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
     if input_shape is None:
         raise ValueError("input_shape is needed when calibration is not a tensor")
     input_shape = tuple(input_shape)
-    check_shapes(ops, input_shape)
+    shapes = check_shapes(ops, input_shape)
 
     for op in ops:
         if isinstance(op, WeightedOp):
@@ -457,13 +542,17 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
 
     input_quant = current = _quant_params(input_observer)
     layers = []
-    for op in ops:
+    for index, op in enumerate(ops):
         if isinstance(op, WeightedOp):
             output_quant = _quant_params(observers[id(op)])
             layers.append(_lower_weighted(op, current, output_quant, bits[op.name]))
             current = output_quant
         elif isinstance(op, MaxPoolOp):
             layers.append(MaxPool2dLayer(op.name, op.kernel_size, op.stride, op.padding))
+        elif isinstance(op, AvgPoolOp):
+            layers.append(_lower_average(op, shapes[index], current))
+            if op.flatten:
+                layers.append(FlattenLayer(f"{op.name}.flatten"))
         else:
             layers.append(FlattenLayer(op.name))
     first = next((op for op in ops if isinstance(op, WeightedOp)), None)
@@ -477,6 +566,17 @@ def weighted_layer_kinds(ops: list[FloatOp]) -> list[tuple[str, str]]:
     :func:`~pytorch_ref.frontends.precision.resolve_weight_bits` takes them."""
     return [(op.name, "dense" if isinstance(op.module, nn.Linear) else "conv")
             for op in ops if isinstance(op, WeightedOp)]
+
+
+def _lower_average(op: AvgPoolOp, shape: tuple[int, ...], quant: QuantParams) -> Conv2dLayer:
+    """Average pooling as a depthwise convolution of unit weights, its output at its input's
+    scale and zero point (see :func:`~pytorch_ref.ir.integer_semantics.average_pool_weights`)."""
+    kernel, stride, padding = op.window(shape)
+    codes, scales = sem.average_pool_weights(shape[0], kernel)
+    return Conv2dLayer(name=op.name, weight=codes, weight_bits=sem.WEIGHT_BITS,
+                       bias=np.zeros(shape[0], dtype=np.int32), input_quant=quant, output_quant=quant,
+                       requant=make_requantization(quant.scale, scales, quant), stride=tuple(stride),
+                       padding=tuple(padding), groups=shape[0])
 
 
 def _lower_weighted(op: WeightedOp, input_quant: QuantParams, output_quant: QuantParams, bits: int):

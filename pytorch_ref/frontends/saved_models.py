@@ -18,9 +18,11 @@ import torch
 from torch import nn
 
 _ATEN = torch.ops.aten
-SUPPORTED_ATEN = ("conv1d", "conv2d", "linear", "relu", "hardtanh", "max_pool2d", "batch_norm", "flatten", "view", "reshape",
+SUPPORTED_ATEN = ("conv1d", "conv2d", "linear", "relu", "hardtanh", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+                  "mean", "batch_norm", "flatten", "view", "reshape",
                   "dropout", "clone")
-SUPPORTED_SCRIPTED = ("Conv1d", "Conv2d", "Linear", "ReLU", "ReLU6", "Hardtanh", "MaxPool2d", "BatchNorm2d", "Flatten",
+SUPPORTED_SCRIPTED = ("Conv1d", "Conv2d", "Linear", "ReLU", "ReLU6", "Hardtanh", "MaxPool2d", "AvgPool2d",
+                      "AdaptiveAvgPool2d", "BatchNorm2d", "Flatten",
                       "Dropout", "Identity")
 
 
@@ -100,6 +102,18 @@ def _aten_module(node, tensor) -> nn.Module:
         kernel = _pair(node.args[1])
         stride = _pair(_arg(node, 2, []) or kernel)
         return nn.MaxPool2d(kernel, stride, _pair(_arg(node, 3, 0)), _pair(_arg(node, 4, 1)), ceil_mode=_arg(node, 5, False))
+    if target is _ATEN.avg_pool2d.default:
+        kernel = _pair(node.args[1])
+        stride = _pair(_arg(node, 2, []) or kernel)
+        return nn.AvgPool2d(kernel, stride, _pair(_arg(node, 3, 0)), ceil_mode=_arg(node, 4, False),
+                            count_include_pad=_arg(node, 5, True), divisor_override=_arg(node, 6, None))
+    if target is _ATEN.adaptive_avg_pool2d.default:
+        return nn.AdaptiveAvgPool2d(tuple(node.args[1]))
+    if target is _ATEN.mean.dim:
+        dims, keepdim = list(node.args[1]), _arg(node, 2, False)
+        if sorted(d % 4 for d in dims) != [2, 3]:
+            raise ValueError(f"node {node.name}: only a mean over height and width is supported, not dims {dims}")
+        return nn.Sequential(nn.AdaptiveAvgPool2d(1), *([] if keepdim else [nn.Flatten()]))
     if target in (_ATEN.batch_norm.default, _ATEN._native_batch_norm_legit_no_training.default):
         if target is _ATEN.batch_norm.default and node.args[5]:
             raise ValueError(f"node {node.name}: batch_norm in training mode; export the model in eval mode")
@@ -171,6 +185,11 @@ def _scripted_module(kind: str, child) -> nn.Module:
         return nn.Hardtanh(float(child.min_val), float(child.max_val))
     if kind in ("Dropout", "Identity"):
         return nn.Identity()
+    if kind == "AvgPool2d":
+        return nn.AvgPool2d(child.kernel_size, child.stride, child.padding, ceil_mode=child.ceil_mode,
+                            count_include_pad=child.count_include_pad, divisor_override=child.divisor_override)
+    if kind == "AdaptiveAvgPool2d":
+        return nn.AdaptiveAvgPool2d(child.output_size)
     if kind == "MaxPool2d":
         return nn.MaxPool2d(child.kernel_size, child.stride, child.padding, child.dilation, ceil_mode=child.ceil_mode)
     if kind == "BatchNorm2d":

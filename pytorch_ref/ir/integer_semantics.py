@@ -199,6 +199,19 @@ def activation_clamp(scale: float, zero_point: int, low: float | None, high: flo
     return lo, hi
 
 
+def average_pool_weights(channels: int, kernel: tuple[int, int]):
+    """Average pooling as a depthwise convolution: weight codes 1 (``[channels, 1, kh, kw]``)
+    of scale ``1 / (kh * kw)`` and no bias. The layer then computes
+    ``round_half_up(sum(x - x_zero_point) * multiplier, shift) + y_zero_point`` with
+    ``multiplier * 2**-shift ~ x_scale / (kh * kw * y_scale)``: padding counts as a real
+    zero and in the divisor (``count_include_pad=True``). PyTorch's quantized engine rounds
+    the same quotient half to even in float32, so the two differ only on exact ties (a
+    window sum that is an odd multiple of half the window's area)."""
+    kh, kw = kernel
+    codes = np.ones((channels, 1, kh, kw), dtype=np.int8)
+    return codes, np.full(channels, 1.0 / (kh * kw))
+
+
 def relu_clamp_min(zero_point: int, relu: bool) -> int:
     """Lower clamp of a layer output: the zero point when ReLU is fused, else -128."""
     return max(ACTIVATION_MIN, zero_point) if relu else ACTIVATION_MIN
