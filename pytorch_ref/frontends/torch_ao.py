@@ -36,7 +36,7 @@ from torch import nn
 from torch.ao.quantization.observer import MinMaxObserver, PerChannelMinMaxObserver
 
 from pytorch_ref.ir import integer_semantics as sem
-from pytorch_ref.frontends.float_model import FlattenOp, MaxPoolOp, ReLUOp, maxpool_op
+from pytorch_ref.frontends.float_model import ClampOp, FlattenOp, MaxPoolOp, maxpool_op
 from pytorch_ref.frontends.graph import Registry, Step, flatten_spec, trace, type_name, walk
 from pytorch_ref.frontends.quantize import make_requantization, quantize_bias
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
@@ -104,7 +104,7 @@ def _weighted_relu(step: Step):
 @REGISTRY.function(torch.relu, torch.nn.functional.relu)
 @REGISTRY.method("relu")
 def _relu(step: Step):
-    return ReLUOp(_name(step), step.where)
+    return ClampOp(_name(step), step.where, 0.0, None)
 
 
 @REGISTRY.module(nn.MaxPool2d)
@@ -203,7 +203,7 @@ def import_torch_ao(model: nn.Module, input_shape: tuple[int, ...], name: str = 
             layers.append(MaxPool2dLayer(op.name, op.kernel_size, op.stride, op.padding))
         elif isinstance(op, FlattenOp):
             layers.append(FlattenLayer(op.name))
-        elif isinstance(op, ReLUOp):
+        elif isinstance(op, ClampOp):
             _fuse_relu(layers, op)
     if quantize is None:
         raise ValueError("the model has no Quantize module: convert it with torch.ao.quantization first")
@@ -213,7 +213,7 @@ def import_torch_ao(model: nn.Module, input_shape: tuple[int, ...], name: str = 
         quantize.scale, quantize.zero_point + quantize.offset), layers=tuple(layers))
 
 
-def _fuse_relu(layers: list, op: ReLUOp) -> None:
+def _fuse_relu(layers: list, op: ClampOp) -> None:
     """A quantized ReLU is ``max(q, zero_point)``: fold it into the clamp of the weighted
     layer before it (max-pooling and flattening commute with it)."""
     index = next((i for i in reversed(range(len(layers)))
