@@ -281,3 +281,19 @@ def test_average_pooling_matches_reference(simulator, simulate_case):
     assert [getattr(layer, "groups", 1) for layer in quantized.layers[:4]] == [1, 8, 1, 8]
     case = make_case(quantized, AcceleratorConfig(rows=4, cols=4), torch.randn(2, 3, 10, 10))
     simulate_case(case, simulator=simulator, seed=11)
+
+
+# MLPerf Tiny's models, whole, with seeded random weights: the anomaly-detection autoencoder
+# (Linear + BatchNorm1d + ReLU) and keyword spotting's DS-CNN (2.7M MACs, 333,530 cycles).
+def test_mlperf_tiny_autoencoder_matches_reference(simulate_case):
+    case = random_case("autoencoder", AcceleratorConfig(rows=8, cols=8), count=2, seed=3)
+    assert len(case.model.layers) == 10
+    report = simulate_case(case, "verilator", seed=3)
+    check_phase_cycles(case, report)
+
+
+def test_mlperf_tiny_ds_cnn_matches_reference(simulate_case):
+    case = random_case("dscnn", AcceleratorConfig(rows=8, cols=8), count=1, seed=1)
+    assert [getattr(layer, "groups", 1) for layer in case.model.layers[:3]] == [1, 64, 1]
+    report = simulate_case(case, "verilator", seed=1)
+    check_phase_cycles(case, report)

@@ -48,6 +48,19 @@ def test_fold_batchnorm_matches_conv_then_batchnorm(groups, bias):
     assert folded is not conv and conv.weight.shape == folded.weight.shape
 
 
+def test_fold_batchnorm1d_matches_linear_then_batchnorm():
+    torch.manual_seed(0)
+    linear, bn = nn.Linear(7, 5).eval(), nn.BatchNorm1d(5)
+    bn.load_state_dict({**_batchnorm(5).state_dict()})
+    bn.eval()
+    x = _randn(6, 7)
+    folded = fold_batchnorm(linear, bn)
+    with torch.no_grad():
+        torch.testing.assert_close(folded(x), bn(linear(x)), rtol=1e-5, atol=1e-5)
+    ops = float_ops(nn.Sequential(linear, bn, nn.ReLU()).eval())
+    assert len(ops) == 1 and ops[0].relu and isinstance(ops[0].module, nn.Linear)
+
+
 def test_batchnorm_is_folded_at_compile_time():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), _batchnorm(8), nn.ReLU()).eval()
@@ -232,11 +245,14 @@ def _no_stats():
 
 @pytest.mark.parametrize("model, shape, error, message", [
     (nn.Sequential(nn.Linear(4, 4), nn.Sigmoid()), (4,), TypeError,
-     r"^module '1' \(Sigmoid\) is not supported; supported by the float front end: modules BatchNorm2d, "
-     r"Conv2d, Dropout, Flatten, Identity, Linear, MaxPool2d, ReLU; functions .*torch\.flatten.*; "
-     r"tensor methods flatten, relu, relu_, reshape, view$"),
-    (nn.Sequential(nn.Conv2d(1, 1, 3), nn.BatchNorm1d(1)), (1, 5, 5), TypeError,
-     r"^module '1' \(BatchNorm1d\) is not supported; "),
+     r"^module '1' \(Sigmoid\) is not supported; supported by the float front end: modules "
+     r"AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Dropout, Flatten, Hardtanh, "
+     r"Identity, Linear, MaxPool2d, ReLU, ReLU6; functions .*torch\.flatten.*; "
+     r"tensor methods flatten, mean, relu, relu_, reshape, view$"),
+    (nn.Sequential(nn.Conv2d(1, 1, 3), nn.BatchNorm1d(1)), (1, 5, 5), ValueError,
+     r"^module '1' \(BatchNorm1d\) must directly follow a Linear to be folded into it$"),
+    (nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(4)), (4,), ValueError,
+     r"^module '1' \(BatchNorm1d\): BatchNorm1d has 4 features but the Linear before it has 3 outputs$"),
     (Sigmoid(), (4,), TypeError, r"^function 'sigmoid' \(torch\.sigmoid\) is not supported; "),
     (SigmoidMethod(), (4,), TypeError, r"^method 'sigmoid' \(Tensor\.sigmoid\) is not supported; "),
     (Residual(), (4,), TypeError, r"^function 'add' \(operator\.add\) is not supported; "),
@@ -259,7 +275,7 @@ def _no_stats():
     (nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.BatchNorm2d(2)), (1, 5, 5), ValueError,
      r"^module '2' \(BatchNorm2d\) must directly follow a Conv2d to be folded into it$"),
     (nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(3)), (1, 5, 5), ValueError,
-     r"^module '1' \(BatchNorm2d\): BatchNorm2d has 3 features but the Conv2d before it has 2 output channels$"),
+     r"^module '1' \(BatchNorm2d\): BatchNorm2d has 3 features but the Conv2d before it has 2 outputs$"),
     (_no_stats(), (1, 5, 5), ValueError,
      r"^module '1' \(BatchNorm2d\): needs running statistics to be folded \(track_running_stats=True\)$"),
     (nn.Sequential(nn.ReLU(), nn.Linear(4, 4)), (4,), ValueError,

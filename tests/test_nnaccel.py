@@ -178,7 +178,7 @@ def test_unsupported_exported_node_is_named(tmp_path, capsys):
     np.save(tmp_path / "cal.npy", np.zeros((4, 8), np.float32))
     err = _error(capsys, ["compile", str(tmp_path / "sig.pt2"), "--calibration", str(tmp_path / "cal.npy"),
                           "-o", str(tmp_path / "out")])
-    assert "node sigmoid (aten.sigmoid.default) is not supported; supported: conv2d, linear, relu" in err
+    assert "node sigmoid (aten.sigmoid.default) is not supported; supported: conv1d, conv2d, linear, relu, " in err
 
 
 def test_existing_folder_needs_force(compiled, capsys):

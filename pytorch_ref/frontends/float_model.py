@@ -18,7 +18,7 @@ Supported: Conv2d (any kernel, stride, padding, groups; zeros padding, dilation 
 Conv1d (as a Conv2d of kernel height 1: a model whose input is ``(C, L)`` becomes an
 integer model of input ``(C, 1, L)``; reshape its inputs so),
 Linear, ReLU, ReLU6, Hardtanh, MaxPool2d (dilation 1, no ceil mode), AvgPool2d
-(``count_include_pad``, no ceil mode), AdaptiveAvgPool2d(1), BatchNorm2d (after
+(``count_include_pad``, no ceil mode), AdaptiveAvgPool2d(1), BatchNorm1d (after a Linear), BatchNorm2d (after
 a Conv2d), Flatten, Dropout and Identity (no-ops in eval mode), and the functions and
 methods ``torch.relu``, ``F.relu``, ``F.relu6``, ``F.hardtanh``, ``F.max_pool2d``,
 ``F.avg_pool2d``, ``F.adaptive_avg_pool2d``, ``x.mean((2, 3))``,
@@ -177,10 +177,11 @@ class FlattenOp:
 
 @dataclass
 class BatchNormOp:
-    """Folded into the Conv2d before it by :func:`_fuse`; never lowered."""
+    """Folded into the Conv2d (BatchNorm2d) or Linear (BatchNorm1d) before it by :func:`_fuse`;
+    never lowered."""
     name: str
     where: str
-    module: nn.BatchNorm2d
+    module: nn.BatchNorm2d | nn.BatchNorm1d
 
 
 @dataclass
@@ -260,7 +261,7 @@ def _linear(step: Step):
     return WeightedOp(_name(step), step.where, step.module)
 
 
-@REGISTRY.module(nn.BatchNorm2d)
+@REGISTRY.module(nn.BatchNorm2d, nn.BatchNorm1d)
 def _batchnorm(step: Step):
     bn = step.module
     if bn.running_mean is None or bn.running_var is None:
@@ -402,22 +403,25 @@ def _no_op(step: Step):
 # -- fusion --------------------------------------------------------------------------
 
 @torch.no_grad()
-def fold_batchnorm(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
-    """A new Conv2d equal to ``bn(conv(x))`` with ``bn`` in eval mode (running statistics).
+def fold_batchnorm(layer: nn.Conv2d | nn.Linear, bn: nn.BatchNorm2d | nn.BatchNorm1d) -> nn.Conv2d | nn.Linear:
+    """A new layer equal to ``bn(layer(x))`` with ``bn`` in eval mode (running statistics):
+    a BatchNorm2d after a Conv2d, or a BatchNorm1d after a Linear.
 
     ``w' = w * g / sqrt(var + eps)`` per output channel and
     ``b' = (b - mean) * g / sqrt(var + eps) + beta``, computed in float64.
     """
-    if bn.num_features != conv.out_channels:
-        raise ValueError(f"BatchNorm2d has {bn.num_features} features but the Conv2d before it "
-                         f"has {conv.out_channels} output channels")
+    out = layer.out_channels if isinstance(layer, nn.Conv2d) else layer.out_features
+    if bn.num_features != out:
+        raise ValueError(f"{type(bn).__name__} has {bn.num_features} features but the {type(layer).__name__} "
+                         f"before it has {out} outputs")
     gamma = bn.weight.double() if bn.weight is not None else torch.ones(bn.num_features, dtype=torch.float64)
     beta = bn.bias.double() if bn.bias is not None else torch.zeros(bn.num_features, dtype=torch.float64)
     factor = gamma / torch.sqrt(bn.running_var.double() + bn.eps)
-    bias = conv.bias.double() if conv.bias is not None else torch.zeros(conv.out_channels, dtype=torch.float64)
-    folded = copy.deepcopy(conv)
-    folded.weight = nn.Parameter((conv.weight.double() * factor.view(-1, 1, 1, 1)).to(conv.weight.dtype))
-    folded.bias = nn.Parameter(((bias - bn.running_mean.double()) * factor + beta).to(conv.weight.dtype))
+    bias = layer.bias.double() if layer.bias is not None else torch.zeros(out, dtype=torch.float64)
+    folded = copy.deepcopy(layer)
+    shape = (-1,) + (1,) * (layer.weight.dim() - 1)
+    folded.weight = nn.Parameter((layer.weight.double() * factor.view(shape)).to(layer.weight.dtype))
+    folded.bias = nn.Parameter(((bias - bn.running_mean.double()) * factor + beta).to(layer.weight.dtype))
     return folded
 
 
@@ -426,8 +430,9 @@ def _fuse(ops: list) -> list[FloatOp]:
     for op in ops:
         if isinstance(op, BatchNormOp):
             before = fused[-1] if fused else None
-            if not (isinstance(before, WeightedOp) and isinstance(before.module, nn.Conv2d) and not before.clamped):
-                raise ValueError(f"{op.where} must directly follow a Conv2d to be folded into it")
+            wanted = nn.Conv2d if isinstance(op.module, nn.BatchNorm2d) else nn.Linear
+            if not (isinstance(before, WeightedOp) and isinstance(before.module, wanted) and not before.clamped):
+                raise ValueError(f"{op.where} must directly follow a {wanted.__name__} to be folded into it")
             try:
                 before.module = fold_batchnorm(before.module, op.module)
             except ValueError as error:

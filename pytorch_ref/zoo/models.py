@@ -12,6 +12,8 @@ INPUT_SHAPES = {
     "lenet": (1, 44, 44),
     "stem": (3, 32, 32),
     "dwsep": (8, 16, 16),
+    "dscnn": (1, 49, 10),
+    "autoencoder": (640,),
 }
 
 
@@ -64,6 +66,45 @@ def depthwise_separable(channels: int = 8, out_channels: int = 16) -> nn.Sequent
     )
 
 
+def ds_cnn(channels: int = 64, blocks: int = 4, classes: int = 12) -> nn.Sequential:
+    """MLPerf Tiny keyword spotting, DS-CNN: 49x10 MFCC frames, a 10x4 stride-2 convolution
+    to 25x5x64, four depthwise-separable blocks (depthwise 3x3 and pointwise 1x1, each with
+    BatchNorm and ReLU), average pooling over the whole 25x5 map and a 12-way classifier.
+    The reference's 'same' padding of the first convolution is asymmetric; (5, 1) gives its
+    25x5 output."""
+    layers = [nn.Conv2d(1, channels, (10, 4), stride=2, padding=(5, 1)), nn.BatchNorm2d(channels), nn.ReLU(),
+              nn.Dropout(0.2)]
+    for _ in range(blocks):
+        layers += [nn.Conv2d(channels, channels, 3, padding=1, groups=channels), nn.BatchNorm2d(channels), nn.ReLU(),
+                   nn.Conv2d(channels, channels, 1), nn.BatchNorm2d(channels), nn.ReLU()]
+    layers += [nn.Dropout(0.4), nn.AvgPool2d((25, 5)), nn.Flatten(), nn.Linear(channels, classes)]
+    return _randomise_batchnorm(nn.Sequential(*layers))
+
+
+def fc_autoencoder(inputs: int = 640, hidden: int = 128, bottleneck: int = 8) -> nn.Sequential:
+    """MLPerf Tiny anomaly detection: a fully connected autoencoder of 640 inputs (5 frames of
+    128 log-mel bins), four 128-unit layers, an 8-unit bottleneck, four 128-unit layers, each
+    with BatchNorm and ReLU, and a 640-unit output."""
+    layers, width = [], inputs
+    for units in [hidden] * 4 + [bottleneck] + [hidden] * 4:
+        layers += [nn.Linear(width, units), nn.BatchNorm1d(units), nn.ReLU()]
+        width = units
+    layers.append(nn.Linear(width, inputs))
+    return _randomise_batchnorm(nn.Sequential(*layers))
+
+
+def _randomise_batchnorm(model: nn.Module) -> nn.Module:
+    """Seeded running statistics and affine parameters, so that folding has work to do."""
+    for m in model.modules():
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
+            with torch.no_grad():
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.8, 1.2)
+                m.bias.uniform_(-0.1, 0.1)
+    return model
+
+
 BUILDERS = {
     "linear": linear_1000_10,
     "linear800": linear_800_500,
@@ -71,6 +112,8 @@ BUILDERS = {
     "lenet": lenet,
     "stem": conv_stem,
     "dwsep": depthwise_separable,
+    "dscnn": ds_cnn,
+    "autoencoder": fc_autoencoder,
 }
 
 
