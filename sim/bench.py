@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import sys
 import time
@@ -104,6 +105,8 @@ def simulator_speeds(build_root: Path, inputs: int) -> list[dict]:
         _log(f"[simulators] stem on 8x8, {inputs} inference(s) on {sim}")
         report = simulate(case.program, case.inputs, case.expected, simulator=sim,
                           build_dir=build_root / f"speed_{sim}")
+        if sim == "ghdl":       # the runner names GHDL's back end in GHDL_BACKEND (see sim.runner)
+            sim = f"ghdl ({os.environ.get('GHDL_BACKEND', 'mcode')})"
         out.append({"simulator": sim, "cycles": report.sim_cycles, "seconds": report.wall_seconds,
                     "cycles_per_second": report.cycles_per_second, "all_match": report.all_match})
     return out
@@ -253,7 +256,7 @@ def main(argv=None) -> int:
              f"{t['cycles']:.0f} cycles, utilization {t['utilization']:.1%}, efficiency {t['efficiency']:.3f}")
     _log("\n== simulators (conv stem, 8x8; testbench included) ==")
     for s in speeds:
-        _log(f"{s['simulator']:<10} {s['cycles_per_second']:>12,.0f} simulated cycles/s "
+        _log(f"{s['simulator']:<12} {s['cycles_per_second']:>12,.0f} simulated cycles/s "
              f"({s['cycles']:.0f} cycles in {s['seconds']:.2f} s)")
     latency = {}
     lenet_8x8 = next((t for t in totals if t["model"] == "lenet" and (t["rows"], t["cols"]) == (8, 8)

@@ -486,3 +486,37 @@ def test_big_rom_converts_in_seconds():
     assert elapsed < 60, f"conversion took {elapsed:.1f} s"
     assert f'x"{init[0]:0128X}",\n    x"{init[1]:0128X}",' in text
     assert f'x"{init[5999]:0128X}")' in text
+
+
+class _Chain(wiring.Component):
+    """``y = ((a * b) + c) ^ d`` registered into ``q``: the product and the sum are unnamed
+    wires read once (variables of one process); the exclusive or, read by a port and a
+    register, is a signal."""
+    a: In(signed(6))
+    b: In(signed(7))
+    c: In(12)
+    d: In(12)
+    y: Out(12)
+    q: Out(12)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.y.eq(((self.a * self.b) + self.c) ^ self.d)
+        m.d.sync += self.q.eq(self.y)
+        return m
+
+
+def test_single_reader_cells_become_variables_of_one_process(tmp_path):
+    text = convert(_Chain(), name="top")
+    assert text.count("process (all)") == 1
+    assert re.search(r"^    variable mul_\w+ : bit_vector\(", text, re.M)
+    assert re.search(r"^    variable add_\w+ : bit_vector\(", text, re.M)
+    assert re.search(r"^  signal xor_\w+ : bit_vector\(", text, re.M)
+    # The 6x7-bit product is an integer multiplication, not numeric_bit's loop of additions.
+    assert "to_integer(signed(" in text and "mod 2 ** " in text
+    check_design(_Chain(), tmp_path, cycles=64, seed=3)
+
+
+def test_flip_flops_of_one_clock_share_a_process():
+    text = convert(_Chain(), name="top")
+    assert text.count("rising_edge(clk)") == 1 and "-- the 1 flip-flops of rising edges of clk" in text

@@ -13,11 +13,15 @@ are clamped, never converted to a VHDL integer that could overflow. Undefined re
 
 from hdl.writers.vhdl.sigspec import extend
 
-__all__ = ["COMB_CELLS"]
+__all__ = ["COMB_CELLS", "sequential_assignment"]
 
 
 def _signed2(cell):
     return cell.flag("A_SIGNED") and cell.flag("B_SIGNED")
+
+
+def _zero(bits):
+    return all(bit in ("0", "x") for bit in bits)
 
 
 def _arith(op):
@@ -26,9 +30,29 @@ def _arith(op):
         a = ctx.operand(cell, "A", width, signed)
         b = ctx.operand(cell, "B", width, signed)
         if op == "*":
-            return f"std_logic_vector(resize(unsigned({a}) * unsigned({b}), {width}))"
-        return f"std_logic_vector(unsigned({a}) {op} unsigned({b}))"
+            small = _integer_product(cell, ctx, width, signed)
+            return small or f"bit_vector(resize(unsigned({a}) * unsigned({b}), {width}))"
+        # Amaranth writes `0 + x` and `x + 0` (the adder of a PE's first step, an offset of 0):
+        # the sum is the other operand.
+        if op == "+" and _zero(ctx.bits(cell, "A")):
+            return b
+        if _zero(ctx.bits(cell, "B")):
+            return a
+        return f"bit_vector(unsigned({a}) {op} unsigned({b}))"
     return emit
+
+
+def _integer_product(cell, ctx, width, signed):
+    """A product of narrow operands in ``integer`` arithmetic (one multiplication instead of
+    a loop of additions), when it is exact: the product of the operands as they are fits in
+    31 bits, and its low ``width`` bits equal those of the extended operands' product."""
+    a_width, b_width = len(ctx.bits(cell, "A")), len(ctx.bits(cell, "B"))
+    if not (1 <= a_width and 1 <= b_width and a_width + b_width <= 31 and width <= 30):
+        return None
+    kind = "signed" if signed else "unsigned"
+    a, b = ctx.operand(cell, "A"), ctx.operand(cell, "B")
+    product = f"to_integer({kind}({a})) * to_integer({kind}({b}))"
+    return f"bit_vector(to_unsigned(({product}) mod 2 ** {width}, {width}))"
 
 
 def _bitwise(op):
@@ -102,7 +126,7 @@ def _shift(kind):
         else:
             function = "shift_left" if kind == "shl" else "shift_right"
             shifted = f"{function}(unsigned({a}), {amount})"
-        return f"std_logic_vector(resize({shifted}, {width}))"
+        return f"bit_vector(resize({shifted}, {width}))"
     return emit
 
 
@@ -140,7 +164,7 @@ def _demux(cell, ctx):
     for index in reversed(range(2 ** s_width)):
         literal = format(index, f"0{s_width}b")
         chunks.append(f"vh_mask({a}, {s} = \"{literal}\")")
-    return f"std_logic_vector'({' & '.join(chunks)})"
+    return f"bit_vector'({' & '.join(chunks)})"
 
 
 COMB_CELLS = {
@@ -165,7 +189,7 @@ COMB_CELLS = {
     "$ge": _compare(">="),
     "$not": _unary("not {a}"),
     "$pos": _unary("{a}"),
-    "$neg": _unary("std_logic_vector(-signed({a}))"),
+    "$neg": _unary("bit_vector(-signed({a}))"),
     "$reduce_and": _reduce("and {a}"),
     "$reduce_or": _reduce("or {a}"),
     "$reduce_xor": _reduce("xor {a}"),
@@ -185,3 +209,23 @@ COMB_CELLS = {
     "$bmux": _bmux,
     "$demux": _demux,
 }
+
+
+def sequential_assignment(cell, ctx, target, assign):
+    """The lines that set ``target`` (with ``assign``: ``:=`` or ``<=``) to the cell's output
+    inside a process. Multiplexers become ``if`` statements: GHDL 2.0 cannot elaborate a
+    conditional assignment in a ``process (all)``."""
+    if cell.type == "$mux":
+        return [f"if {ctx.bit_of(cell, 'S', 0)} = '1' then", f"  {target} {assign} {ctx.operand(cell, 'B')};",
+                "else", f"  {target} {assign} {ctx.operand(cell, 'A')};", "end if;"]
+    if cell.type == "$pmux":
+        width = cell.param_int("WIDTH")
+        b_bits = ctx.bits(cell, "B")
+        lines = []
+        for index in range(cell.param_int("S_WIDTH")):
+            chunk = ctx.vec(b_bits[index * width:(index + 1) * width])
+            lines += [f"{'if' if index == 0 else 'elsif'} {ctx.bit_of(cell, 'S', index)} = '1' then",
+                      f"  {target} {assign} {chunk};"]
+        value = f"{target} {assign} {ctx.operand(cell, 'A')};"
+        return lines + ["else", f"  {value}", "end if;"] if lines else [value]
+    return [f"{target} {assign} {COMB_CELLS[cell.type](cell, ctx)};"]

@@ -10,8 +10,8 @@ __all__ = ["HELPERS"]
 
 HELPERS = """\
   -- A boolean or a bit as a vh_w-bit vector (zero-extended).
-  function vh_bool(vh_b : boolean; vh_w : positive) return std_logic_vector is
-    variable vh_r : std_logic_vector(vh_w - 1 downto 0) := (others => '0');
+  function vh_bool(vh_b : boolean; vh_w : positive) return bit_vector is
+    variable vh_r : bit_vector(vh_w - 1 downto 0) := (others => '0');
   begin
     if vh_b then
       vh_r(0) := '1';
@@ -19,15 +19,15 @@ HELPERS = """\
     return vh_r;
   end function;
 
-  function vh_bit(vh_b : std_logic; vh_w : positive) return std_logic_vector is
-    variable vh_r : std_logic_vector(vh_w - 1 downto 0) := (others => '0');
+  function vh_bit(vh_b : bit; vh_w : positive) return bit_vector is
+    variable vh_r : bit_vector(vh_w - 1 downto 0) := (others => '0');
   begin
     vh_r(0) := vh_b;
     return vh_r;
   end function;
 
   -- vh_a where vh_b holds, else zeros.
-  function vh_mask(vh_a : std_logic_vector; vh_b : boolean) return std_logic_vector is
+  function vh_mask(vh_a : bit_vector; vh_b : boolean) return bit_vector is
   begin
     if vh_b then
       return vh_a;
@@ -37,9 +37,9 @@ HELPERS = """\
 
   -- The value of vh_b (two's complement when vh_sgn), clamped to [-vh_lim, vh_lim]:
   -- a shift amount of any width, without overflowing integer.
-  function vh_amount(vh_b : std_logic_vector; vh_sgn : boolean; vh_lim : natural)
+  function vh_amount(vh_b : bit_vector; vh_sgn : boolean; vh_lim : natural)
       return integer is
-    constant vh_n : std_logic_vector(vh_b'length - 1 downto 0) := vh_b;
+    constant vh_n : bit_vector(vh_b'length - 1 downto 0) := vh_b;
     variable vh_r : integer := 0;
   begin
     for vh_i in vh_n'range loop
@@ -63,10 +63,10 @@ HELPERS = """\
   end function;
 
   -- vh_w bits of vh_a from bit vh_amt on (vh_amt < 0 shifts left); bits outside vh_a are '0'.
-  function vh_shift(vh_a : std_logic_vector; vh_amt : integer; vh_w : positive)
-      return std_logic_vector is
-    constant vh_n : std_logic_vector(vh_a'length - 1 downto 0) := vh_a;
-    variable vh_r : std_logic_vector(vh_w - 1 downto 0) := (others => '0');
+  function vh_shift(vh_a : bit_vector; vh_amt : integer; vh_w : positive)
+      return bit_vector is
+    constant vh_n : bit_vector(vh_a'length - 1 downto 0) := vh_a;
+    variable vh_r : bit_vector(vh_w - 1 downto 0) := (others => '0');
   begin
     for vh_i in vh_r'range loop
       if vh_i + vh_amt >= 0 and vh_i + vh_amt < vh_n'length then
@@ -78,8 +78,8 @@ HELPERS = """\
 
   -- Truncating (vh_flr false) or flooring division of equal-length vh_a, vh_b; low vh_w bits.
   -- Division by zero gives 0 (Yosys leaves it undefined).
-  function vh_div(vh_a, vh_b : std_logic_vector; vh_sgn, vh_flr : boolean; vh_w : positive)
-      return std_logic_vector is
+  function vh_div(vh_a, vh_b : bit_vector; vh_sgn, vh_flr : boolean; vh_w : positive)
+      return bit_vector is
     constant vh_n : positive := vh_a'length + 1;
     variable vh_q, vh_r : signed(vh_n - 1 downto 0);
   begin
@@ -95,13 +95,13 @@ HELPERS = """\
     else
       vh_q := signed(resize(unsigned(vh_a) / unsigned(vh_b), vh_n));
     end if;
-    return std_logic_vector(vh_q(vh_w - 1 downto 0));
+    return bit_vector(vh_q(vh_w - 1 downto 0));
   end function;
 
   -- Remainder (sign of vh_a) or floored modulo (sign of vh_b), equal lengths; low vh_w bits.
   -- Modulo by zero gives 0 (Yosys leaves it undefined).
-  function vh_mod(vh_a, vh_b : std_logic_vector; vh_sgn, vh_flr : boolean; vh_w : positive)
-      return std_logic_vector is
+  function vh_mod(vh_a, vh_b : bit_vector; vh_sgn, vh_flr : boolean; vh_w : positive)
+      return bit_vector is
     constant vh_n : positive := vh_a'length + 1;
     variable vh_r : signed(vh_n - 1 downto 0);
   begin
@@ -115,6 +115,6 @@ HELPERS = """\
     else
       vh_r := signed(resize(unsigned(vh_a) rem unsigned(vh_b), vh_n));
     end if;
-    return std_logic_vector(vh_r(vh_w - 1 downto 0));
+    return bit_vector(vh_r(vh_w - 1 downto 0));
   end function;
 """

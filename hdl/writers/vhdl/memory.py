@@ -1,7 +1,7 @@
 """``$mem_v2`` cells: an array signal with its initial contents and clocked processes.
 
 The shape is the one synthesis tools infer block RAM from: ``type t is array (0 to N - 1) of
-std_logic_vector(W - 1 downto 0)``, one clocked process that does all writes (in port order,
+bit_vector(W - 1 downto 0)``, one clocked process that does all writes (in port order,
 so a later port wins a collision, which satisfies every ``WR_PRIORITY_MASK`` Yosys allows)
 and the synchronous reads of the same clock, and a concurrent assignment per asynchronous
 read port. A synchronous read port returns the old word unless ``RD_TRANSPARENCY_MASK``
@@ -162,7 +162,7 @@ class _Memory:
         cell, ctx = self.cell, self.ctx
         type_name = ctx.namer.fresh(self.name + "_type")
         ctx.declare(f"type {type_name} is array (0 to {self.size - 1}) of "
-                    f"std_logic_vector({self.width - 1} downto 0);")
+                    f"bit_vector({self.width - 1} downto 0);")
         ctx.declare(f"signal {self.name} : {type_name} := {_init_aggregate(cell)};")
         sync = _masks(cell, "RD_CLK_ENABLE", self.rd_ports)
         transparency = _masks(cell, "RD_TRANSPARENCY_MASK", self.rd_ports * self.wr_ports)
@@ -194,9 +194,9 @@ class _Memory:
                     addr = self.addr("WR_ADDR", j)
                     body += self.merge_writes(j, self.word(addr), [self.in_range(addr)])
             edge = ctx.edge(clock, polarity == "1", cell)
-            variable = [f"  variable vh_rd : std_logic_vector({self.width - 1} downto 0);"] \
+            variable = [f"  variable vh_rd : bit_vector({self.width - 1} downto 0);"] \
                 if reads else []
-            ctx.statement([f"process ({ctx.bit(clock)})", *variable, "begin",
+            ctx.statement([f"process ({ctx.signal(clock)})", *variable, "begin",
                            f"  if {edge} then", *["    " + l for l in body], "  end if;",
                            "end process;"])
 

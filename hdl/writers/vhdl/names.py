@@ -20,7 +20,8 @@ while with xnor xor
 
 # Names the generated code uses from std/ieee; a signal of the same name would hide them.
 _USED_LIBRARY_NAMES = frozenset("""
-ieee std std_logic std_ulogic std_logic_vector std_ulogic_vector numeric_std std_logic_1164
+ieee std std_logic std_ulogic std_logic_vector std_ulogic_vector numeric_std numeric_bit std_logic_1164
+to_bit to_bitvector to_stdulogic to_stdlogicvector
 signed unsigned resize shift_left shift_right to_integer to_unsigned to_signed rising_edge
 falling_edge natural integer positive boolean bit bit_vector string true false now
 """.split())

@@ -2,7 +2,14 @@
 
 Every net bit is driven by exactly one VHDL object: a top-level input port or a signal that
 holds a cell's output. :class:`Drivers` records which, and renders a list of bits as a
-``std_logic_vector`` or ``std_logic`` expression, joining runs of bits into slices.
+``bit_vector`` or ``bit`` expression, joining runs of bits into slices.
+
+Inside the architecture every value is ``bit``/``bit_vector`` (with ``ieee.numeric_bit``),
+not ``std_logic``: the netlist has no ``x`` or ``z`` to keep (both become 0), and two-valued
+logic is what makes GHDL fast: its operators on ``bit`` are built in, where ``std_logic``'s
+are calls into tables of nine values. The ports keep ``std_logic``; an input port is read
+through ``to_bit``/``to_bitvector`` where it is used (no signal in between, so no delta
+cycle that could reorder it against the clock), and outputs are converted once.
 """
 
 __all__ = ["extend", "Drivers"]
@@ -25,11 +32,14 @@ class Drivers:
     """Which VHDL object drives each net bit, and how wide each object is."""
 
     def __init__(self):
-        self._drivers = {}   # bit -> (name, index); index None for a std_logic object
-        self._widths = {}    # name -> width, None for std_logic
+        self._drivers = {}   # bit -> (name, index); index None for a scalar object
+        self._widths = {}    # name -> width, None for a scalar
+        self._ports = set()  # names of std_logic input ports (converted where read)
 
-    def add(self, name, bits, *, scalar=False):
+    def add(self, name, bits, *, scalar=False, port=False):
         self._widths[name] = None if scalar else len(bits)
+        if port:
+            self._ports.add(name)
         for index, bit in enumerate(bits):
             if isinstance(bit, int) and bit not in self._drivers:
                 self._drivers[bit] = (name, None if scalar else index)
@@ -77,19 +87,30 @@ class Drivers:
         return merged
 
     def _bit_name(self, name, index):
-        return name if index is None else f"{name}({index})"
+        ref = name if index is None else f"{name}({index})"
+        return f"to_bit({ref})" if name in self._ports else ref
+
+    def _slice(self, name, hi, lo):
+        ref = name if hi is None else f"{name}({hi} downto {lo})"
+        return f"to_bitvector({ref})" if name in self._ports else ref
 
     def bit(self, bit):
-        """A ``std_logic`` expression for one bit."""
+        """A ``bit`` expression for one bit."""
         if isinstance(bit, int) and bit in self._drivers:
             return self._bit_name(*self._drivers[bit])
         return f"'{_literal(bit if isinstance(bit, str) else 'x')}'"
 
+    def signal(self, bit):
+        """The name of the one-bit signal or port bit that holds ``bit``, as declared (a port
+        stays ``std_logic``): for clock edges and sensitivity lists."""
+        name, index = self._drivers[bit]
+        return name if index is None else f"{name}({index})"
+
     def vec(self, bits):
-        """A ``std_logic_vector`` expression for the bits (LSB first), usable anywhere,
+        """A ``bit_vector`` expression for the bits (LSB first), usable anywhere,
         including as the operand of a type conversion."""
         if not bits:
-            return 'std_logic_vector\'("")'
+            return 'bit_vector\'("")'
         parts = []
         runs = self._runs(bits)
         for run in runs:
@@ -99,21 +120,19 @@ class Drivers:
                 parts.append(f"({run[2] - 1} downto 0 => {self._bit_name(*run[1])})")
             else:
                 _, name, hi, lo = run
-                if hi is None:
-                    parts.append(name)
-                elif hi == lo:
-                    parts.append(f"{name}({hi})")
+                if hi is None or hi == lo:
+                    parts.append(self._bit_name(name, hi))
                 elif len(runs) == 1 and lo == 0 and self._widths[name] == hi + 1:
-                    return name
+                    return self._slice(name, None, None)
                 else:
-                    parts.append(f"{name}({hi} downto {lo})")
+                    parts.append(self._slice(name, hi, lo))
         if len(runs) == 1 and runs[0][0] == "ref" and runs[0][2] != runs[0][3]:
             return parts[0]
         if len(parts) == 1 and runs[0][0] == "rep":
-            return f"std_logic_vector'{parts[0]}"
+            return f"bit_vector'{parts[0]}"
         if len(parts) == 1 and runs[0][0] == "ref":
-            return f"std_logic_vector'(0 => {parts[0]})"
+            return f"bit_vector'(0 => {parts[0]})"
         # An aggregate inside `&` has no type of its own: qualify each one.
-        parts = [f"std_logic_vector'{part}" if part.startswith("(") else part
+        parts = [f"bit_vector'{part}" if part.startswith("(") else part
                  for part in parts]
-        return f"std_logic_vector'({' & '.join(parts)})"
+        return f"bit_vector'({' & '.join(parts)})"
