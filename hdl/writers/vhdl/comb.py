@@ -38,6 +38,10 @@ def _arith(op):
             return b
         if _zero(ctx.bits(cell, "B")):
             return a
+        if width <= 30:
+            # Narrow sums in integer arithmetic (exact: both operands are below 2 ** 30).
+            total = f"to_integer(unsigned({a})) {op} to_integer(unsigned({b}))"
+            return f"bit_vector(to_unsigned(({total}) mod 2 ** {width}, {width}))"
         return f"bit_vector(unsigned({a}) {op} unsigned({b}))"
     return emit
 
