@@ -6,8 +6,16 @@ writer. This package is one:
 1. :func:`amaranth.back.rtlil.convert` gives the same RTLIL that Amaranth's Verilog comes from;
 2. the Yosys that Amaranth bundles runs ``proc; flatten; memory_collect; opt_clean`` over it
    and writes a JSON netlist of Yosys internal cells (:mod:`.netlist`);
-3. each cell becomes a concurrent assignment or a process (:mod:`.comb`, :mod:`.regs`,
-   :mod:`.memory`) in one flat entity (:mod:`.emit`) using only ``ieee.numeric_std``.
+3. each cell becomes a concurrent assignment, a variable of the process of its expression
+   tree (:mod:`.trees`), part of its clock's flip-flop process, or a memory's process
+   (:mod:`.comb`, :mod:`.regs`, :mod:`.memory`), in one flat entity (:mod:`.emit`) of
+   ``bit``/``bit_vector`` values and ``ieee.numeric_bit``, with ``std_logic`` ports
+   (:mod:`.sigspec` says why).
+
+The shape is for simulation speed as much as for reading: on the accelerator, GHDL runs it
+about five times as fast as one ``std_logic`` signal and process per cell (measured on the
+conv blocks, 4x8 array: 262 to 1,252 cycles/s on the mcode back end, 2,003 on LLVM at
+``-O0``, where Icarus runs 1,835 on the same design). It stays synthesizable VHDL-2008.
 
 Each cell's lines follow a comment with its type, name and Amaranth source location; the
 paths there are relative to the project or to the installed package
