@@ -520,3 +520,30 @@ def test_single_reader_cells_become_variables_of_one_process(tmp_path):
 def test_flip_flops_of_one_clock_share_a_process():
     text = convert(_Chain(), name="top")
     assert text.count("rising_edge(clk)") == 1 and "-- the 1 flip-flops of rising edges of clk" in text
+
+
+class _RomAndRam(wiring.Component):
+    """A ROM read synchronously and a RAM read on its write clock: neither needs a signal."""
+    addr: In(3)
+    data: In(8)
+    we: In(1)
+    rom_q: Out(8)
+    ram_q: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.rom = rom = memory.Memory(shape=8, depth=8, init=[3, 1, 4, 1, 5, 9, 2, 6])
+        m.submodules.ram = ram = memory.Memory(shape=8, depth=8, init=[])
+        rom_read, ram_read, ram_write = rom.read_port(), ram.read_port(), ram.write_port()
+        m.d.comb += [rom_read.addr.eq(self.addr), ram_read.addr.eq(self.addr), ram_write.addr.eq(self.addr),
+                     ram_write.data.eq(self.data), ram_write.en.eq(self.we),
+                     self.rom_q.eq(rom_read.data), self.ram_q.eq(ram_read.data)]
+        return m
+
+
+def test_rom_is_a_constant_and_ram_a_process_variable(tmp_path):
+    text = convert(_RomAndRam(), name="top")
+    assert re.search(r"^  constant rom\w* : \w+ := \(", text, re.M)
+    assert re.search(r"^    variable ram\w* : \w+ := ", text, re.M)
+    assert not re.search(r"^  signal \w+ : \w+_type", text, re.M)
+    check_design(_RomAndRam(), tmp_path, cycles=64, seed=5, max_x_fraction=0.02)  # read registers start x

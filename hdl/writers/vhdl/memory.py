@@ -1,4 +1,5 @@
-"""``$mem_v2`` cells: an array signal with its initial contents and clocked processes.
+"""``$mem_v2`` cells: an array (a constant for a ROM, a process variable for a RAM read on
+its write clock only, else a signal) with its initial contents, and clocked processes.
 
 The shape is the one synthesis tools infer block RAM from: ``type t is array (0 to N - 1) of
 bit_vector(W - 1 downto 0)``, one clocked process that does all writes (in port order,
@@ -160,10 +161,6 @@ class _Memory:
 
     def emit(self):
         cell, ctx = self.cell, self.ctx
-        type_name = ctx.namer.fresh(self.name + "_type")
-        ctx.declare(f"type {type_name} is array (0 to {self.size - 1}) of "
-                    f"bit_vector({self.width - 1} downto 0);")
-        ctx.declare(f"signal {self.name} : {type_name} := {_init_aggregate(cell)};")
         sync = _masks(cell, "RD_CLK_ENABLE", self.rd_ports)
         transparency = _masks(cell, "RD_TRANSPARENCY_MASK", self.rd_ports * self.wr_ports)
         groups = {}  # (clock bit, polarity) -> [read port indices]; write ports join theirs
@@ -172,6 +169,26 @@ class _Memory:
             write_clock = (cell.connections["WR_CLK"][0], cell.param_bits("WR_CLK_POLARITY")[0])
             groups[write_clock] = []
         for i in range(self.rd_ports):
+            if sync[i]:
+                key = (cell.connections["RD_CLK"][i], cell.param_bits("RD_CLK_POLARITY")[i])
+                groups.setdefault(key, []).append(i)
+        # A ROM is a constant. A RAM whose reads are all synchronous to its writes' clock is a
+        # variable of the one process that reads and writes it. Only a RAM read elsewhere
+        # (asynchronously, or on another clock) needs a signal: a simulator keeps a signal
+        # of N words of W bits as N x W signals of one bit, each updated and traced.
+        if not self.wr_ports:
+            kind = "constant"
+        elif all(sync) and len(groups) == 1:
+            kind = "variable"
+        else:
+            kind = "signal"
+        type_name = ctx.namer.fresh(self.name + "_type")
+        ctx.declare(f"type {type_name} is array (0 to {self.size - 1}) of "
+                    f"bit_vector({self.width - 1} downto 0);")
+        declaration = f"{kind} {self.name} : {type_name} := {_init_aggregate(cell)};"
+        if kind != "variable":
+            ctx.declare(declaration)
+        for i in range(self.rd_ports):
             if not sync[i]:
                 addr = self.addr("RD_ADDR", i)
                 guard = self.in_range(addr)
@@ -179,9 +196,6 @@ class _Memory:
                 if guard:
                     value = f"{value} when {guard} else (others => '0')"
                 ctx.statement([f"{ctx.output(cell, f'RD_DATA{i}')} <= {value};"])
-                continue
-            key = (cell.connections["RD_CLK"][i], cell.param_bits("RD_CLK_POLARITY")[i])
-            groups.setdefault(key, []).append(i)
         for (clock, polarity), reads in groups.items():
             body = []
             for i in reads:
@@ -192,11 +206,13 @@ class _Memory:
             if (clock, polarity) == write_clock:
                 for j in range(self.wr_ports):
                     addr = self.addr("WR_ADDR", j)
-                    body += self.merge_writes(j, self.word(addr), [self.in_range(addr)])
+                    body += self.merge_writes(j, self.word(addr), [self.in_range(addr)],
+                                              ":=" if kind == "variable" else "<=")
             edge = ctx.edge(clock, polarity == "1", cell)
-            variable = [f"  variable vh_rd : bit_vector({self.width - 1} downto 0);"] \
-                if reads else []
-            ctx.statement([f"process ({ctx.signal(clock)})", *variable, "begin",
+            variables = [f"  variable vh_rd : bit_vector({self.width - 1} downto 0);"] if reads else []
+            if kind == "variable":
+                variables.insert(0, "  " + declaration)
+            ctx.statement([f"process ({ctx.signal(clock)})", *variables, "begin",
                            f"  if {edge} then", *["    " + l for l in body], "  end if;",
                            "end process;"])
 
