@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from cocotb_tools.runner import Icarus, get_runner
+from cocotb_tools.runner import Ghdl, Icarus, get_runner
 
 from hdl.writers import TOP_NAME, to_verilog, to_vhdl, write_atomically
 from hdl.compiler.program import Program
@@ -62,10 +62,41 @@ def _environment():
         os.environ["GHDL_BACKEND"] = "llvm" if shutil.which("ghdl-llvm") else "mcode"
 
 
-# Measured on LeNet 8x8 (one inference, 55,824 cycles) with GHDL 2.0's LLVM back end:
-# -O0 builds in 9 s and runs 1,229 cycles/s; LLVM's default optimisation takes 52 s to
-# build and about 35% more cycles/s, -O1 69 s. The build dominates a `make sim`: -O0.
-GHDL_BUILD_OPTIONS = ("--std=08", "-O0")
+# GHDL's LLVM back end compiles the design to native code. Measured with GHDL 2.0: LLVM's
+# default optimisation runs the accelerator 35-50% faster than -O0, but its build time grows
+# faster than the VHDL: dwsep 4x8 (0.9 MB) 20 s against 6 s, LeNet 8x8 (2.7 MB) 52 s against
+# 9 s (-O1: 69 s). So a design up to GHDL_OPTIMIZE_MAX_BYTES of VHDL is optimised, a larger
+# one built at -O0; NNACCEL_GHDL_OPTIMIZE=-O0|-O1|-O2|-O3 chooses for every design.
+GHDL_OPTIMIZE_MAX_BYTES = 1_500_000
+
+
+def _write_vhdl_for_ghdl(source: Path, text: str) -> bool:
+    """Write the design's VHDL and return False, or return True without writing when the
+    same text was already built there with the same back end and options into an executable
+    (LLVM): then the build can be skipped, and a design's optimised build is paid once."""
+    stamp = source.with_suffix(".build")
+    key = _ghdl_build_key(len(text.encode()))
+    if (source.exists() and stamp.exists() and stamp.read_text() == key
+            and source.with_suffix("").exists() and source.read_text() == text):
+        return True
+    for stale in [*source.parent.glob("*.cf"), stamp]:   # another back end's or option's build
+        stale.unlink(missing_ok=True)
+    write_atomically(source, text)
+    return False
+
+
+def _ghdl_build_key(vhdl_bytes: int) -> str:
+    return f"{os.environ.get('GHDL_BACKEND', '')} {' '.join(ghdl_build_options(vhdl_bytes))}"
+
+
+def ghdl_build_options(vhdl_bytes: int) -> list[str]:
+    """GHDL's analysis options for a design of ``vhdl_bytes`` bytes of VHDL."""
+    chosen = os.environ.get("NNACCEL_GHDL_OPTIMIZE")
+    if chosen is not None:
+        if chosen not in ("-O0", "-O1", "-O2", "-O3"):
+            raise ValueError(f"NNACCEL_GHDL_OPTIMIZE must be -O0, -O1, -O2 or -O3, not {chosen!r}")
+        return ["--std=08", chosen]
+    return ["--std=08"] + ([] if vhdl_bytes <= GHDL_OPTIMIZE_MAX_BYTES else ["-O0"])
 
 
 _CONSTANT_ALWAYS = re.compile(r"^(\s*)always @\*\n\s+([^\n;=]+?) = (\d+'[hbd][0-9a-fA-F_]+);$", re.M)
@@ -128,6 +159,14 @@ class _IcarusVcd(Icarus):
         return [[("-vcd" if arg == "-fst" else arg) for arg in command] for command in super()._test_command()]
 
 
+class _GhdlBuilt(Ghdl):
+    """cocotb's GHDL runner for a design already built in its folder: ``build`` records the
+    arguments ``test`` needs and runs nothing."""
+
+    def _build_command(self):
+        return []
+
+
 def waves_path(simulator: str, build_dir: str | os.PathLike, top_name: str = TOP_NAME) -> Path:
     """Where a run with ``waves=True`` leaves its waveforms."""
     name = "dump.fst" if simulator == "verilator" else f"{top_name}.{WAVE_FORMATS[simulator]}"
@@ -177,8 +216,9 @@ def run_cocotb(top, top_name: str, test_module: str, case: dict, *, simulator: s
     start = time.perf_counter()
     if simulator == "ghdl":
         source = build_dir / f"{top_name}.vhd"
-        write_atomically(source, to_vhdl(top, top_name))
+        ghdl_built = _write_vhdl_for_ghdl(source, to_vhdl(top, top_name))
     else:
+        ghdl_built = False
         source = build_dir / f"{top_name}.v"
         text = to_verilog(top, top_name)
         write_atomically(source, icarus_time_zero_fix(text) if simulator == "icarus" else text)
@@ -189,7 +229,12 @@ def run_cocotb(top, top_name: str, test_module: str, case: dict, *, simulator: s
         results_file.unlink()
 
     os.environ["WAVES"] = "1" if waves else "0"      # cocotb's runner lets WAVES override the argument
-    runner = _IcarusVcd() if simulator == "icarus" else get_runner(simulator)
+    if simulator == "icarus":
+        runner = _IcarusVcd()
+    elif simulator == "ghdl" and ghdl_built:
+        runner = _GhdlBuilt()
+    else:
+        runner = get_runner(simulator)
     build_log = build_dir / "build.log"
     build_kwargs = dict(hdl_toplevel=top_name, build_dir=build_dir, always=True, log_file=build_log, waves=waves)
     test_kwargs = dict(hdl_toplevel=top_name, test_module=test_module, build_dir=build_dir, waves=waves,
@@ -197,7 +242,9 @@ def run_cocotb(top, top_name: str, test_module: str, case: dict, *, simulator: s
                                   "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     try:
         if simulator == "ghdl":
-            runner.build(sources=[source], build_args=list(GHDL_BUILD_OPTIONS), **build_kwargs)
+            runner.build(sources=[source], build_args=ghdl_build_options(source.stat().st_size), **build_kwargs)
+            if not ghdl_built:
+                source.with_suffix(".build").write_text(_ghdl_build_key(source.stat().st_size))
             test_kwargs["test_args"] = ["--std=08"]
         else:
             args = (["-Wno-WIDTH", "-Wno-fatal", *_verilator_ports_only(build_dir, top_name)]

@@ -4,13 +4,19 @@
   threads inside each worker would only compete for them.
 * ``simulate_case``: simulate a case on an HDL simulator and check it exactly against
   the integer reference, in the test's own build folder.
+* GHDL builds at ``-O0``: every test builds its own small design and runs it for a few
+  thousand cycles, where LLVM's optimisation costs more than it saves (see
+  ``sim.runner.ghdl_build_options``, whose choice has its own tests).
 """
+import os
+
 import pytest
 import torch
 
 from sim.runner import simulate
 
 torch.set_num_threads(1)
+os.environ.setdefault("NNACCEL_GHDL_OPTIMIZE", "-O0")
 
 
 def check_report(case, report):

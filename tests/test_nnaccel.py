@@ -271,3 +271,13 @@ def test_exported_average_pooling(tmp_path):
     scripted = nn.Sequential(nn.Conv2d(2, 4, 3), nn.AvgPool2d(2, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten()).eval()
     torch.jit.script(scripted).save(tmp_path / "s.pt")
     assert torch.equal(load_torchscript(tmp_path / "s.pt")(x), scripted(x))
+
+
+@pytest.mark.slow
+def test_estimate_places_and_routes_the_compiled_design(compiled, capsys):
+    """``nnaccel estimate`` on the 4x4 design: Yosys and nextpnr for an ECP5-85F (minutes)."""
+    assert main(["estimate", str(compiled), "--timeout", "1800"]) == 0
+    out = capsys.readouterr().out
+    estimate = json.loads((compiled / "ecp5" / "neural_network_accelerator" / "estimate.json").read_text())
+    assert estimate["lut4"] > 0 and estimate["fmax_mhz"] > 0 and 0 < estimate["dsp"] <= 156
+    assert f"{estimate['fmax_mhz']:.1f} MHz" in out

@@ -48,3 +48,37 @@ def test_no_waves_by_default(tmp_path):
     case = random_case("mlp", AcceleratorConfig(rows=4, cols=4), count=1, seed=2)
     assert simulate(case.program, case.inputs, case.expected, simulator="icarus", build_dir=tmp_path).all_match
     assert not waves_path("icarus", tmp_path).exists()
+
+
+def test_ghdl_optimises_small_designs_only(monkeypatch):
+    from sim.runner import GHDL_OPTIMIZE_MAX_BYTES, ghdl_build_options
+    monkeypatch.delenv("NNACCEL_GHDL_OPTIMIZE", raising=False)
+    assert ghdl_build_options(GHDL_OPTIMIZE_MAX_BYTES) == ["--std=08"]
+    assert ghdl_build_options(GHDL_OPTIMIZE_MAX_BYTES + 1) == ["--std=08", "-O0"]
+    monkeypatch.setenv("NNACCEL_GHDL_OPTIMIZE", "-O2")
+    assert ghdl_build_options(10 ** 9) == ["--std=08", "-O2"]
+    monkeypatch.setenv("NNACCEL_GHDL_OPTIMIZE", "fast")
+    with pytest.raises(ValueError, match="NNACCEL_GHDL_OPTIMIZE must be -O0, -O1, -O2 or -O3, not 'fast'"):
+        ghdl_build_options(1)
+
+
+def test_ghdl_build_is_reused_only_for_the_same_text_and_options(tmp_path, monkeypatch):
+    from sim.runner import _ghdl_build_key, _write_vhdl_for_ghdl
+    monkeypatch.setenv("GHDL_BACKEND", "llvm")
+    monkeypatch.delenv("NNACCEL_GHDL_OPTIMIZE", raising=False)
+    source = tmp_path / "top.vhd"
+    assert _write_vhdl_for_ghdl(source, "entity top is end;") is False
+    # What a finished build leaves: the executable, the work library and the stamp.
+    source.with_suffix("").write_text("exe")
+    (tmp_path / "top-obj08.cf").write_text("library")
+    source.with_suffix(".build").write_text(_ghdl_build_key(len("entity top is end;")))
+    mtime = source.stat().st_mtime_ns
+    assert _write_vhdl_for_ghdl(source, "entity top is end;") is True
+    assert source.stat().st_mtime_ns == mtime
+    monkeypatch.setenv("NNACCEL_GHDL_OPTIMIZE", "-O3")               # other options: build again
+    assert _write_vhdl_for_ghdl(source, "entity top is end;") is False
+    assert not (tmp_path / "top-obj08.cf").exists() and not source.with_suffix(".build").exists()
+    monkeypatch.delenv("NNACCEL_GHDL_OPTIMIZE")
+    source.with_suffix(".build").write_text(_ghdl_build_key(len("entity top is end;")))
+    assert _write_vhdl_for_ghdl(source, "entity top is end; -- changed") is False
+    assert source.read_text() == "entity top is end; -- changed"

@@ -12,10 +12,12 @@ writer. This package is one:
    ``bit``/``bit_vector`` values and ``ieee.numeric_bit``, with ``std_logic`` ports
    (:mod:`.sigspec` says why).
 
-The shape is for simulation speed as much as for reading: on the accelerator, GHDL runs it
-about five times as fast as one ``std_logic`` signal and process per cell (measured on the
-conv blocks, 4x8 array: 262 to 1,252 cycles/s on the mcode back end, 2,003 on LLVM at
-``-O0``, where Icarus runs 1,835 on the same design). It stays synthesizable VHDL-2008.
+The shape is for simulation speed as much as for reading. On the accelerator (the conv
+blocks on a 4x8 array, three runs each) GHDL's mcode back end ran 262 cycles/s with one
+``std_logic`` signal and process per cell and runs 1,043-1,159 now; the LLVM back end
+runs 1,462-1,870 at ``-O0`` and about 2,400 optimised, where Icarus runs 1,580-1,682 on the
+same design (:func:`sim.runner.ghdl_build_options` chooses). It stays synthesizable
+VHDL-2008: ``bit_vector``, ``numeric_bit``, ``process (all)``.
 
 Each cell's lines follow a comment with its type, name and Amaranth source location; the
 paths there are relative to the project or to the installed package
