@@ -138,15 +138,17 @@ def _mux(cell, ctx):
     return f"{ctx.operand(cell, 'B')} when {ctx.bit_of(cell, 'S', 0)} = '1' else {ctx.operand(cell, 'A')}"
 
 
-def _pmux(cell, ctx):
-    # Lowest select bit first, as the `casez` of Yosys's Verilog writer does; Yosys leaves
-    # the result of several active select bits undefined.
+def _pmux_choices(cell, ctx):
+    """(select bit, value) of each case, lowest select bit first, as the `casez` of Yosys's
+    Verilog writer does; Yosys leaves the result of several active select bits undefined."""
     width = cell.param_int("WIDTH")
     b_bits = ctx.bits(cell, "B")
-    choices = []
-    for index in range(cell.param_int("S_WIDTH")):
-        chunk = ctx.vec(b_bits[index * width:(index + 1) * width])
-        choices.append(f"{chunk} when {ctx.bit_of(cell, 'S', index)} = '1' else")
+    return [(ctx.bit_of(cell, "S", index), ctx.vec(b_bits[index * width:(index + 1) * width]))
+            for index in range(cell.param_int("S_WIDTH"))]
+
+
+def _pmux(cell, ctx):
+    choices = [f"{value} when {select} = '1' else" for select, value in _pmux_choices(cell, ctx)]
     choices.append(ctx.operand(cell, "A"))
     return "\n      ".join(choices)
 
@@ -223,13 +225,9 @@ def sequential_assignment(cell, ctx, target, assign):
         return [f"if {ctx.bit_of(cell, 'S', 0)} = '1' then", f"  {target} {assign} {ctx.operand(cell, 'B')};",
                 "else", f"  {target} {assign} {ctx.operand(cell, 'A')};", "end if;"]
     if cell.type == "$pmux":
-        width = cell.param_int("WIDTH")
-        b_bits = ctx.bits(cell, "B")
         lines = []
-        for index in range(cell.param_int("S_WIDTH")):
-            chunk = ctx.vec(b_bits[index * width:(index + 1) * width])
-            lines += [f"{'if' if index == 0 else 'elsif'} {ctx.bit_of(cell, 'S', index)} = '1' then",
-                      f"  {target} {assign} {chunk};"]
+        for index, (select, value) in enumerate(_pmux_choices(cell, ctx)):
+            lines += [f"{'if' if index == 0 else 'elsif'} {select} = '1' then", f"  {target} {assign} {value};"]
         value = f"{target} {assign} {ctx.operand(cell, 'A')};"
         return lines + ["else", f"  {value}", "end if;"] if lines else [value]
     return [f"{target} {assign} {COMB_CELLS[cell.type](cell, ctx)};"]
