@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from pytorch_ref.ir import integer_semantics as sem
-from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
-                              QuantizedModel)
+from pytorch_ref.ir.quantized_model import (AddLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+                                            QuantizedModel)
 
 _FLOAT64_EXACT = 2 ** 53
 
@@ -47,8 +47,17 @@ def _requantize(layer, acc: torch.Tensor) -> torch.Tensor:
     return sem.requantize_half_up(acc, multiplier, shift, rq.zero_point, rq.clamp_min, rq.clamp_max)
 
 
-def run_layer(layer, x: torch.Tensor) -> torch.Tensor:
-    """One layer on a batch of int8 codes; returns int8 codes."""
+def _add(layer: AddLayer, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``weights[0] * (a - za) + weights[1] * (b - zb)``, requantized (exact in int64)."""
+    (w_a, w_b), (qa, qb) = layer.weights, layer.input_quants
+    acc = w_a * (a.to(torch.int64) - qa.zero_point) + w_b * (b.to(torch.int64) - qb.zero_point)
+    return _requantize(layer, acc)
+
+
+def run_layer(layer, x: torch.Tensor, *more: torch.Tensor) -> torch.Tensor:
+    """One layer on a batch of int8 codes (two batches for an add); returns int8 codes."""
+    if isinstance(layer, AddLayer):
+        return _add(layer, x, *more)
     if isinstance(layer, (DenseLayer, Conv2dLayer)):
         return _requantize(layer, _accumulate(layer, x))
     if isinstance(layer, MaxPool2dLayer):
@@ -76,9 +85,7 @@ def run_integer_reference(model: QuantizedModel, x_codes: torch.Tensor,
     if tuple(x.shape[1:]) != tuple(model.input_shape):
         raise ValueError(f"input must have shape [batch, {', '.join(map(str, model.input_shape))}], "
                          f"not {list(x.shape)}")
-    x = x.to(device)
-    outputs = []
-    for layer in model.layers:
-        x = run_layer(layer, x)
-        outputs.append(x.cpu())
-    return outputs if return_all else outputs[-1]
+    tensors = [x.to(device)]
+    for layer, reads in zip(model.layers, model.layer_inputs):
+        tensors.append(run_layer(layer, *(tensors[t] for t in reads)))
+    return [t.cpu() for t in tensors[1:]] if return_all else tensors[-1].cpu()

@@ -64,8 +64,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
-                                         QuantizedModel)
+from pytorch_ref.ir.quantized_model import (AddLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+                                            QuantizedModel)
 
 from hdl.compiler import weight_packing
 from hdl.config import AcceleratorConfig
@@ -302,7 +302,9 @@ class _Lowering:
         self.model, self.config, self.batch = model, config, batch
         self.ops = []
         self.words, self.params = [], []
-        self.stacking = self.row_stacking(model.layers[0], model.shapes[0]) if stack_input_rows else None
+        only_reader = [index for index, reads in enumerate(model.layer_inputs) if 0 in reads] == [0]
+        self.stacking = (self.row_stacking(model.layers[0], model.shapes[0])
+                         if stack_input_rows and only_reader else None)
 
     def placement(self, shape, base: int) -> TensorPlacement:
         if len(shape) == 1:
@@ -316,36 +318,27 @@ class _Lowering:
         if not any(isinstance(layer, (DenseLayer, Conv2dLayer)) for layer in model.layers):
             raise ValueError(f"model {model.name!r} has no Conv2d or Linear layer; the accelerator runs models "
                              f"with at least one")
-        shapes, layers = model.shapes, model.layers
-        # Tensor t is the input of layers[t] (t = 0: the model's input). Flatten keeps a
-        # tensor where it is (it is only a change of view), so only the others are stored.
-        stored = [0] + [index + 1 for index, layer in enumerate(layers) if not isinstance(layer, FlattenLayer)]
-        placed = {t: self.region(t) for t in stored}           # (placement at word 0, words)
-        # Ping-pong: tensors alternate between the bottom and the top of the memory.
-        low_words = max(placed[t][1] for t in stored[0::2])
-        high_words = max([0] + [placed[t][1] for t in stored[1::2]])
-        top = low_words + high_words
-        current = placed[0][0]
-        half = 1
-        pending_flatten = False
+        layers, reads = model.layers, model.layer_inputs
+        placed = self.allocate()
         for index, layer in enumerate(layers):
             if isinstance(layer, FlattenLayer):
-                pending_flatten = True
                 continue
-            at_zero = placed[index + 1][0]
-            dest = dataclasses.replace(at_zero, base=at_zero.base + (low_words if half else 0))
-            half ^= 1
+            sources = [placed[self.stored(t)] for t in reads[index]]
+            dest = placed[index + 1]
             if isinstance(layer, MaxPool2dLayer):
-                self.ops.append(self.pool(layer, current, dest))
+                self.ops.append(self.pool(layer, sources[0], dest))
+            elif isinstance(layer, AddLayer):
+                self.ops.append(self.add(layer, *sources, dest))
             elif isinstance(layer, (DenseLayer, Conv2dLayer)):
-                self.ops.append(self.gemm(layer, current, dest, pending_flatten))
+                after_flatten = self.stored(reads[index][0]) != reads[index][0]
+                self.ops.append(self.gemm(layer, sources[0], dest, after_flatten))
             else:
                 raise TypeError(f"{layer.name}: layer type {type(layer).__name__} cannot be lowered")
-            pending_flatten = False
-            current = dest
         bias, mult, shift, zp, cmin, cmax = (np.array(v) for v in zip(*self.params))
-        return Program(config=cfg, model_name=model.name, ops=self.ops, input=placed[0][0],
-                       output=current, output_shape=model.output_shape, activation_words=max(top, 1),
+        output = placed[self.stored(len(layers))]
+        return Program(config=cfg, model_name=model.name, ops=self.ops, input=placed[0],
+                       output=output, output_shape=model.output_shape,
+                       activation_words=max(1, max(p.base + p.words for p in placed.values())),
                        batch=self.batch,
                        weight_words=np.concatenate(self.words),
                        bias=bias, multiplier=mult, shift=shift, zero_point=zp, clamp_min=cmin,
@@ -354,22 +347,69 @@ class _Lowering:
                        weight_payload_bits=sum(layer.weight.size * layer.weight_bits
                                                for layer in model.weighted_layers))
 
+    def stored(self, t: int) -> int:
+        """The tensor that holds tensor ``t``: a flatten's output is its input, viewed anew."""
+        while t > 0 and isinstance(self.model.layers[t - 1], FlattenLayer):
+            t = self.model.layer_inputs[t - 1][0]
+        return t
+
+    def consumers(self, t: int) -> list[int]:
+        """The layers (other than flattens) that read stored tensor ``t``, in order."""
+        return [index for index, (layer, reads) in enumerate(zip(self.model.layers, self.model.layer_inputs))
+                if not isinstance(layer, FlattenLayer) and any(self.stored(r) == t for r in reads)]
+
+    def allocate(self) -> dict[int, TensorPlacement]:
+        """Every stored tensor's placement. A chain's tensors alternate between the bottom
+        and the top of the memory (ping-pong). A graph's are placed over their lifetimes,
+        from their producer to their last reader (the program's end for the output): each
+        at the lowest address, aligned to its words per pixel, that no tensor alive at the
+        same time holds. The alignment makes the distance between two tensors of one shape
+        a whole number of pixels, which an add's view needs (see :meth:`add`)."""
+        layers = self.model.layers
+        stored = [0] + [index + 1 for index, layer in enumerate(layers) if not isinstance(layer, FlattenLayer)]
+        regions = {t: self.region(t) for t in stored}           # (placement at word 0, words)
+        if self.model.is_chain:
+            low_words = max(regions[t][1] for t in stored[0::2])
+            return {t: dataclasses.replace(regions[t][0], base=regions[t][0].base + (low_words if n % 2 else 0))
+                    for n, t in enumerate(stored)}
+        end = len(layers)
+        output = self.stored(end)
+        lifetime = {t: (t - 1, end if t == output else max(self.consumers(t))) for t in stored}
+        taken: list[tuple[int, int, int, int]] = []             # (first word, end word, born, dies)
+        placed = {}
+        for t in stored:
+            placement, words = regions[t]
+            born, dies = lifetime[t]
+            align = 1 if placement.packed_lanes else placement.words_per_pixel
+            start = 0
+            for first, last, other_born, other_dies in sorted(taken):
+                if other_dies < born or dies < other_born or last <= start:
+                    continue
+                if start + words <= first:
+                    break
+                start = _ceil_div(last, align) * align
+            taken.append((start, start + words, born, dies))
+            placed[t] = dataclasses.replace(placement, base=placement.base + start)
+        return placed
+
     def region(self, t: int) -> tuple[TensorPlacement, int]:
         """Tensor ``t`` placed from word 0, and the words its region takes. It is packed
-        when its consumer folds and its producer can write it packed: the loader (the
-        model's input) or a max-pool of more than one tap (two writes per output word)."""
+        when all its consumers fold and its producer can write it packed: the loader (the
+        model's input), a GEMM op, or a max-pool of more than one tap (two writes per
+        output word)."""
         layers, shape = self.model.layers, self.model.shapes[t]
         if t == 0 and self.stacking:
             shape = self.stacking.stacked_shape(shape)
         placement = self.placement(shape, 0)
-        consumer = next((layer for layer in layers[t:] if not isinstance(layer, FlattenLayer)), None)
+        consumers = [layers[index] for index in self.consumers(t)]
         producer = layers[t - 1] if t else None
-        writes_packed = (producer is None or isinstance(producer, (Conv2dLayer, DenseLayer))
+        writes_packed = (producer is None or isinstance(producer, (Conv2dLayer, DenseLayer, AddLayer))
                          or (isinstance(producer, MaxPool2dLayer) and math.prod(producer.kernel_size) > 1))
-        folds = self.folds(consumer, shape, stacked=t == 0 and self.stacking is not None)
-        if consumer is None or not writes_packed or not folds:
+        stacked = t == 0 and self.stacking is not None
+        if not consumers or not writes_packed or not all(self.folds(c, shape, stacked) for c in consumers):
             return placement, placement.words
-        before, after = self.fold_guards(consumer, shape[0])
+        guards = [self.fold_guards(consumer, shape[0]) for consumer in consumers]
+        before, after = max(g[0] for g in guards), max(g[1] for g in guards)
         placement = dataclasses.replace(placement, base=before, packed_lanes=self.config.bank_width)
         return placement, before + placement.words + after
 
@@ -427,8 +467,6 @@ class _Lowering:
         return _ceil_div(pad_w * c_in, bank) + 1, _ceil_div(pad_w * c_in + self.config.rows, bank) + 2
 
     def gemm(self, layer, source: TensorPlacement, dest: TensorPlacement, after_flatten: bool) -> GemmOp:
-        cfg = self.config
-        rows, cols = cfg.rows, cfg.cols
         if isinstance(layer, DenseLayer):
             if after_flatten:
                 # Flatten ordered features as (C, H, W): view the weights as a full-image kernel.
@@ -445,8 +483,50 @@ class _Lowering:
                 # The first layer on its row-stacked input (the model's first layer is this one).
                 kernel = self.stacking.stack_kernel(kernel)
                 stride, padding = (1, stride[1]), (0, padding[1])
-        n_out, c_in, kh, kw = kernel.shape
+        zp_in = layer.input_quant.zero_point
         kernel = kernel.astype(np.int64)
+        bias_eff = layer.bias.astype(np.int64) - zp_in * kernel.reshape(len(kernel), -1).sum(axis=1)
+        macs = dest.pixels * layer.out_features * layer.fan_in
+        return self.gemm_op(layer.name, kernel, bias_eff, layer.requant, zp_in, stride, padding, source, dest,
+                            layer.weight_bits, macs)
+
+    def add(self, layer: AddLayer, a: TensorPlacement, b: TensorPlacement, dest: TensorPlacement) -> GemmOp:
+        """A residual add as a convolution of a 2x1 kernel over a view of both inputs.
+
+        With ``lower`` the input at the lower address and ``D`` the pixels from it to the
+        other, the view is a tensor of 2 rows of ``D`` pixels whose row 0 starts with
+        ``lower`` and row 1 with the other input; output pixel ``p`` (the batch's pixels in
+        one row) reads pixel ``p`` of both rows. The kernel holds each input's weight on
+        the diagonal of its tap, and the bias the zero points: ``-(w_a * za + w_b * zb)``.
+        """
+        if a.base == b.base:
+            raise ValueError(f"{layer.name}: adds a tensor to itself, which is not supported; scale it instead")
+        if a.packed_lanes or b.packed_lanes or a.words_per_pixel != b.words_per_pixel:
+            raise AssertionError(f"{layer.name}: an add's inputs must be unpacked tensors of one layout")
+        taps = sorted(zip((a, b), layer.weights, layer.input_quants), key=lambda tap: tap[0].base)
+        (lower, w_low, q_low), (upper, w_high, q_high) = taps
+        wpp = lower.words_per_pixel
+        gap, rest = divmod(upper.base - lower.base, wpp)
+        if rest or gap < lower.pixels:
+            raise AssertionError(f"{layer.name}: inputs {gap} pixels (+{rest} words) apart")
+        channels = lower.channels
+        kernel = np.zeros((channels, channels, 2, 1), dtype=np.int64)
+        kernel[np.arange(channels), np.arange(channels), 0, 0] = w_low
+        kernel[np.arange(channels), np.arange(channels), 1, 0] = w_high
+        bias = np.full(channels, -(w_low * q_low.zero_point + w_high * q_high.zero_point), dtype=np.int64)
+        view = TensorPlacement(lower.base, channels, 2, gap, wpp)
+        row = dataclasses.replace(dest, height=1, width=dest.pixels, images=1)
+        return self.gemm_op(layer.name, kernel, bias, layer.requant, q_low.zero_point, (1, 1), (0, 0), view,
+                            row, sem.WEIGHT_BITS, 2 * channels * dest.pixels)
+
+    def gemm_op(self, name: str, kernel: np.ndarray, bias_eff: np.ndarray, rq, zp_in: int, stride, padding,
+                source: TensorPlacement, dest: TensorPlacement, weight_bits: int, macs: int) -> GemmOp:
+        """The op of a convolution ``kernel`` ``[N, C, kh, kw]`` (int64) with the input zero
+        point folded into ``bias_eff``; its weight tiles and parameters join the images.
+        A one-channel ``rq`` serves every output channel."""
+        cfg = self.config
+        rows, cols = cfg.rows, cfg.cols
+        n_out, c_in, kh, kw = kernel.shape
         ct_count, nt_count = _ceil_div(c_in, rows), _ceil_div(n_out, cols)
         param_base, tiles = len(self.params), []
         padded = np.zeros((nt_count * cols, ct_count * rows, kh, kw), dtype=np.int64)
@@ -467,24 +547,21 @@ class _Lowering:
                         for ct in range(ct_count):
                             tile = padded[nt * cols:(nt + 1) * cols, ct * rows:(ct + 1) * rows, i, j]
                             tiles.append(tile.T)                          # [rows, cols]
-        weight_base = weight_packing.tile_address(sum(len(w) for w in self.words), layer.weight_bits)
-        self.words.append(weight_packing.pack_tiles(np.array(tiles), layer.weight_bits))
-        zp_in = layer.input_quant.zero_point
-        rq = layer.requant
-        bias_eff = layer.bias.astype(np.int64) - zp_in * kernel.reshape(n_out, -1).sum(axis=1)
-        need = self.check_accumulator(layer.name, kernel, bias_eff)
+        weight_base = weight_packing.tile_address(sum(len(w) for w in self.words), weight_bits)
+        self.words.append(weight_packing.pack_tiles(np.array(tiles), weight_bits))
+        need = self.check_accumulator(name, kernel, bias_eff)
+        multiplier, shift = (np.broadcast_to(v, (n_out,)) for v in (rq.multiplier, rq.shift))
         for nt in range(nt_count):
             lanes = range(nt * cols, (nt + 1) * cols)
             self.params.append((
                 [int(bias_eff[n]) if n < n_out else 0 for n in lanes],
-                [int(rq.multiplier[n]) if n < n_out else 0 for n in lanes],
-                [int(rq.shift[n]) if n < n_out else 1 for n in lanes],
+                [int(multiplier[n]) if n < n_out else 0 for n in lanes],
+                [int(shift[n]) if n < n_out else 1 for n in lanes],
                 rq.zero_point, rq.clamp_min, rq.clamp_max))
         pixels = dest.pixels
-        macs = pixels * layer.out_features * layer.fan_in
-        return GemmOp(layer.name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
+        return GemmOp(name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
                       min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs, need,
-                      row_tiles, layer.weight_bits)
+                      row_tiles, weight_bits)
 
     def check_accumulator(self, name: str, kernel: np.ndarray, bias: np.ndarray):
         """Prove that no int8 input overflows the accumulators. The hardware adds raw codes

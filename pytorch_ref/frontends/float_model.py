@@ -28,19 +28,21 @@ methods ``torch.relu``, ``F.relu``, ``F.relu6``, ``F.hardtanh``, ``F.max_pool2d`
 from __future__ import annotations
 
 import copy
+import operator
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import fx, nn
 from torch.ao.quantization.observer import MinMaxObserver, ObserverBase
 
 from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.frontends.graph import Registry, Step, flatten_spec, pair, trace, walk
 from pytorch_ref.frontends.precision import WeightBitsSpec, resolve_weight_bits
-from pytorch_ref.frontends.quantize import make_requantization, quantize_bias, quantize_weight
+from pytorch_ref.frontends.quantize import make_add, make_requantization, quantize_bias, quantize_weight
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
                               QuantParams)
 
@@ -52,16 +54,9 @@ REGISTRY = Registry("float front end")
 
 # -- neutral float ops -------------------------------------------------------------
 
-@dataclass
-class WeightedOp:
-    """A Conv2d or Linear (BatchNorm already folded), its output clamped to ``[low, high]``
-    by the activations fused into it (ReLU: ``low = 0``; ReLU6: ``[0, 6]``; Hardtanh)."""
-    name: str
-    where: str
-    module: nn.Conv2d | nn.Linear
-    low: float | None = None
-    high: float | None = None
-    from_1d: bool = False           # a Conv1d, run as a Conv2d on a (C, 1, L) image
+class _Clamped:
+    """An op whose output is clamped to ``[low, high]`` by the activations fused into it
+    (ReLU: ``low = 0``; ReLU6: ``[0, 6]``; Hardtanh; ``None``: unbounded)."""
 
     @property
     def relu(self) -> bool:
@@ -81,11 +76,26 @@ class WeightedOp:
             raise ValueError(f"{self.where}: the activations after it clamp to an empty range "
                              f"[{self.low}, {self.high}]")
 
+    def clamped_output(self, y: torch.Tensor) -> torch.Tensor:
+        return y.clamp(self.low, self.high) if self.clamped else y
+
+
+@dataclass
+class WeightedOp(_Clamped):
+    """A Conv2d or Linear (BatchNorm already folded), its output clamped (see :class:`_Clamped`)."""
+    name: str
+    where: str
+    module: nn.Conv2d | nn.Linear
+    low: float | None = None
+    high: float | None = None
+    from_1d: bool = False           # a Conv1d, run as a Conv2d on a (C, 1, L) image
+    #: The ops whose outputs it reads: indices into the op list, -1 for the model's input.
+    inputs: tuple[int, ...] = ()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.from_1d and x.dim() == 3:           # [B, C, L] -> [B, C, 1, L]
             x = x.unsqueeze(2)
-        y = self.module(x)
-        return y.clamp(self.low, self.high) if self.clamped else y
+        return self.clamped_output(self.module(x))
 
     def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         m = self.module
@@ -115,6 +125,8 @@ class MaxPoolOp:
     kernel_size: tuple[int, int]
     stride: tuple[int, int]
     padding: tuple[int, int]
+    #: The ops whose outputs it reads: indices into the op list, -1 for the model's input.
+    inputs: tuple[int, ...] = ()
 
     def forward(self, x):
         return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
@@ -138,6 +150,8 @@ class AvgPoolOp:
     stride: tuple[int, int] | None = None
     padding: tuple[int, int] = (0, 0)
     flatten: bool = False               # ``x.mean((2, 3))``: the result is flat ``(C,)``
+    #: The ops whose outputs it reads: indices into the op list, -1 for the model's input.
+    inputs: tuple[int, ...] = ()
 
     def window(self, shape) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
         kernel = self.kernel_size or tuple(shape[1:])
@@ -161,6 +175,8 @@ class FlattenOp:
     name: str
     where: str
     features: int | None = None     # what a view(-1, N) names, checked against the shape
+    #: The ops whose outputs it reads: indices into the op list, -1 for the model's input.
+    inputs: tuple[int, ...] = ()
 
     def forward(self, x):
         return x.flatten(1)
@@ -173,6 +189,27 @@ class FlattenOp:
             raise ValueError(f"{self.where}: reshapes to {self.features} features, but its input "
                              f"{shape} has {features}")
         return (features,)
+
+
+@dataclass
+class AddOp(_Clamped):
+    """The sum of two tensors of one shape (a residual connection), clamped by the
+    activations fused into it; lowered to an :class:`~pytorch_ref.ir.quantized_model.AddLayer`."""
+    name: str
+    where: str
+    low: float | None = None
+    high: float | None = None
+    #: The ops whose outputs it reads: indices into the op list, -1 for the model's input.
+    inputs: tuple[int, ...] = ()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.clamped_output(a + b)
+
+    def output_shape(self, a_shape, b_shape):
+        if tuple(a_shape) != tuple(b_shape):
+            raise ValueError(f"{self.where}: adds tensors of shapes {tuple(a_shape)} and {tuple(b_shape)}; "
+                             f"both must have one shape (no broadcasting)")
+        return tuple(a_shape)
 
 
 @dataclass
@@ -194,7 +231,7 @@ class ClampOp:
     high: float | None = None
 
 
-FloatOp = WeightedOp | MaxPoolOp | AvgPoolOp | FlattenOp
+FloatOp = WeightedOp | MaxPoolOp | AvgPoolOp | FlattenOp | AddOp
 
 
 def _window_output(shape, kernel, stride, padding, what, where) -> tuple[int, int]:
@@ -395,6 +432,25 @@ def _flatten_call(step: Step):
     return FlattenOp(_name(step), step.where, flatten_spec(step.node, step.where))
 
 
+def _add_signature(input, other, *, alpha=1, out=None):    # noqa: A002  (torch.add's names)
+    return alpha, out
+
+
+@REGISTRY.function(operator.add, operator.iadd, torch.add)
+@REGISTRY.method("add", "add_")
+def _add(step: Step):
+    args = step.node.args                       # (a, b), or (self, other) of a method
+    if step.node.target in (torch.add, "add", "add_"):
+        alpha, out = _add_signature(*args, **step.node.kwargs)
+        if alpha != 1 or out is not None:
+            raise ValueError(f"{step.where}: only a plain sum of two tensors is supported, not alpha={alpha!r}"
+                             f"{' or out=' if out is not None else ''}")
+    if len(args) < 2 or not all(isinstance(a, fx.Node) for a in args[:2]):
+        raise ValueError(f"{step.where}: only the sum of two tensors is supported, not of "
+                         f"{', '.join(repr(a) if not isinstance(a, fx.Node) else a.name for a in args)}")
+    return AddOp(_name(step), step.where)
+
+
 @REGISTRY.module(nn.Identity, nn.Dropout)
 def _no_op(step: Step):
     return None
@@ -425,49 +481,102 @@ def fold_batchnorm(layer: nn.Conv2d | nn.Linear, bn: nn.BatchNorm2d | nn.BatchNo
     return folded
 
 
-def _fuse(ops: list) -> list[FloatOp]:
-    fused: list[FloatOp] = []
-    for op in ops:
+def _fuse(ops: list, sources: list[tuple[int, ...]], output: int) -> list[FloatOp]:
+    """Fold each BatchNorm into the Conv2d/Linear it reads and each clamp (ReLU, ReLU6,
+    Hardtanh) into the Conv2d, Linear or add before it, through max-pools and flattens
+    (which commute with a clamp). ``ops[i]`` reads ``sources[i]`` (indices; -1 is the
+    model's input) and ``ops[output]`` is the model's output. A fold needs every op it
+    passes to be read by nothing else, or the other readers would see it changed.
+    Returns the remaining ops, their ``inputs`` renumbered."""
+    users = Counter(j for reads in sources for j in reads)
+    users[output] += 1
+    alias: dict[int, int] = {}                  # a folded op -> the op that now computes it
+
+    def resolve(j: int) -> int:
+        while j in alias:
+            j = alias[j]
+        return j
+
+    resolved = []
+    for i, op in enumerate(ops):
+        reads = tuple(resolve(j) for j in sources[i])
+        resolved.append(reads)
         if isinstance(op, BatchNormOp):
-            before = fused[-1] if fused else None
+            j = reads[0]
+            before = ops[j] if j >= 0 else None
             wanted = nn.Conv2d if isinstance(op.module, nn.BatchNorm2d) else nn.Linear
             if not (isinstance(before, WeightedOp) and isinstance(before.module, wanted) and not before.clamped):
                 raise ValueError(f"{op.where} must directly follow a {wanted.__name__} to be folded into it")
+            if users[j] > 1:
+                raise ValueError(f"{op.where} cannot be folded into {before.where}: its output is also read "
+                                 f"by another layer")
             try:
                 before.module = fold_batchnorm(before.module, op.module)
             except ValueError as error:
                 raise ValueError(f"{op.where}: {error}") from None
         elif isinstance(op, ClampOp):
-            # A clamp commutes with max-pooling and flattening (both monotone): fuse it into
-            # the weighted layer before them.
-            target = next((o for o in reversed(fused) if isinstance(o, WeightedOp)), None)
-            between = fused[fused.index(target) + 1:] if target is not None else fused
-            if target is None or not all(isinstance(o, (MaxPoolOp, FlattenOp)) for o in between):
-                raise ValueError(f"{op.where} has no Conv2d or Linear before it to fuse into "
+            j = reads[0]
+            path = []
+            while j >= 0 and isinstance(ops[j], (MaxPoolOp, FlattenOp)):
+                path.append(j)
+                j = resolved[j][0]
+            if j < 0 or not isinstance(ops[j], _Clamped):
+                raise ValueError(f"{op.where} has no Conv2d, Linear or add before it to fuse into "
                                  f"(only MaxPool2d and Flatten may stand between them)")
-            target.clamp(op.low, op.high)
+            if any(users[k] > 1 for k in [j] + path):
+                raise ValueError(f"{op.where} cannot be fused into {ops[j].where}: a tensor between them is "
+                                 f"also read by another layer, which must see it unclamped")
+            ops[j].clamp(op.low, op.high)
         else:
-            fused.append(op)
-    return fused
+            continue
+        alias[i] = reads[0]
+        users[reads[0]] += users[i] - 1
+    kept = [i for i, op in enumerate(ops) if not isinstance(op, (BatchNormOp, ClampOp))]
+    number = {i: n for n, i in enumerate(kept)}
+    for i in kept:
+        ops[i].inputs = tuple(number[resolve(j)] if j >= 0 else -1 for j in sources[i])
+    return [ops[i] for i in kept]
 
 
 def float_ops(model: nn.Module) -> list[FloatOp]:
-    """The model as a fused chain of float ops (on a copy in eval mode)."""
+    """The model as fused float ops in execution order (on a copy in eval mode); each
+    op's ``inputs`` names the ops it reads (-1: the model's input), and the last op's
+    output is the model's."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     model = copy.deepcopy(model).eval()
     graph_module = trace(model)
-    ops = [step.handler(step) for step in walk(graph_module, REGISTRY)]
-    return _fuse([op for op in ops if op is not None])
+    steps = walk(graph_module, REGISTRY, chain=False)
+    placeholder = next(n for n in graph_module.graph.nodes if n.op == "placeholder")
+    value = {placeholder: -1}                   # fx node -> index of the op computing it
+    ops, sources = [], []
+    for step in steps:
+        op = step.handler(step)
+        reads = tuple(value[n] for n in step.reads)
+        if op is None:                          # Identity, Dropout: the value passes through
+            value[step.node] = reads[0]
+            continue
+        arity = 2 if isinstance(op, AddOp) else 1
+        if len(reads) != arity:
+            raise TypeError(f"{step.where} reads {len(reads)} tensors, not {arity}")
+        value[step.node] = len(ops)
+        ops.append(op)
+        sources.append(reads)
+    if not ops:
+        raise ValueError("the model has no layer")
+    output = value[steps[-1].node]
+    if output != len(ops) - 1:
+        raise ValueError("the model must return the output of its last layer")
+    return _fuse(ops, sources, output)
 
 
 def check_shapes(ops, input_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Every op's output shape; a layer that cannot work raises a ValueError naming it
-    and the shapes up to it."""
+    """The model input's shape, then every op's output shape; a layer that cannot work
+    raises a ValueError naming it and the shapes up to it."""
     shapes = [tuple(input_shape)]
     for op in ops:
         try:
-            shapes.append(op.output_shape(shapes[-1]))
+            shapes.append(op.output_shape(*(shapes[j + 1] for j in op.inputs)))
         except ValueError as error:
             trail = " -> ".join("x".join(map(str, s)) for s in shapes)
             raise ValueError(f"{error} (shapes from the model input: {trail})") from None
@@ -524,7 +633,7 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
                 if tensor is not None and not torch.isfinite(tensor).all():
                     raise ValueError(f"{op.name}: its {what} not finite (NaN or inf)")
     input_observer = observer()
-    observers = {id(op): observer() for op in ops if isinstance(op, WeightedOp)}
+    observers = {id(op): observer() for op in ops if isinstance(op, (WeightedOp, AddOp))}
     seen = 0
     for batch in _batches(calibration, batch_size):
         if tuple(batch.shape[1:]) != input_shape:
@@ -535,35 +644,53 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
             raise ValueError(f"calibration data is not finite: samples {seen} to {seen + len(batch) - 1} "
                              f"hold NaN or inf")
         input_observer(x)
+        values = [x]                            # values[j + 1]: op j's output
         for op in ops:
-            x = op.forward(x)
-            if not torch.isfinite(x).all():
+            y = op.forward(*(values[j + 1] for j in op.inputs))
+            if not torch.isfinite(y).all():
                 raise ValueError(f"{op.name}: its output on the calibration data is not finite (NaN or inf)")
-            if isinstance(op, WeightedOp):
-                observers[id(op)](x)
+            if id(op) in observers:
+                observers[id(op)](y)
+            values.append(y)
         seen += len(batch)
     if seen == 0:
         raise ValueError("calibration data is empty")
 
-    input_quant = current = _quant_params(input_observer)
-    layers = []
+    input_quant = _quant_params(input_observer)
+    quant = {-1: input_quant}                   # op index -> its output's quantization
+    tensor = {-1: 0}                            # op index -> its output's tensor in the integer model
+    layers, inputs = [], []
+
+    def emit(layer, reads: tuple[int, ...]):
+        layers.append(layer)
+        inputs.append(reads)
+        return len(layers)
+
     for index, op in enumerate(ops):
+        reads = tuple(tensor[j] for j in op.inputs)
+        current = quant[op.inputs[0]]
         if isinstance(op, WeightedOp):
-            output_quant = _quant_params(observers[id(op)])
-            layers.append(_lower_weighted(op, current, output_quant, bits[op.name]))
-            current = output_quant
-        elif isinstance(op, MaxPoolOp):
-            layers.append(MaxPool2dLayer(op.name, op.kernel_size, op.stride, op.padding))
-        elif isinstance(op, AvgPoolOp):
-            layers.append(_lower_average(op, shapes[index], current))
-            if op.flatten:
-                layers.append(FlattenLayer(f"{op.name}.flatten"))
+            quant[index] = _quant_params(observers[id(op)])
+            tensor[index] = emit(_lower_weighted(op, current, quant[index], bits[op.name]), reads)
+        elif isinstance(op, AddOp):
+            quant[index] = _quant_params(observers[id(op)])
+            tensor[index] = emit(make_add(op.name, current, quant[op.inputs[1]], quant[index], op.low, op.high),
+                                 reads)
         else:
-            layers.append(FlattenLayer(op.name))
+            quant[index] = current
+            if isinstance(op, MaxPoolOp):
+                tensor[index] = emit(MaxPool2dLayer(op.name, op.kernel_size, op.stride, op.padding), reads)
+            elif isinstance(op, AvgPoolOp):
+                tensor[index] = emit(_lower_average(op, shapes[op.inputs[0] + 1], current), reads)
+                if op.flatten:
+                    tensor[index] = emit(FlattenLayer(f"{op.name}.flatten"), (tensor[index],))
+            else:
+                tensor[index] = emit(FlattenLayer(op.name), reads)
     first = next((op for op in ops if isinstance(op, WeightedOp)), None)
     if first is not None and first.from_1d and len(input_shape) == 2:
         input_shape = (input_shape[0], 1, input_shape[1])   # the integer model sees a height-1 image
-    return QuantizedModel(name=name, input_shape=input_shape, input_quant=input_quant, layers=tuple(layers))
+    return QuantizedModel(name=name, input_shape=input_shape, input_quant=input_quant, layers=tuple(layers),
+                          inputs=tuple(inputs))
 
 
 def weighted_layer_kinds(ops: list[FloatOp]) -> list[tuple[str, str]]:

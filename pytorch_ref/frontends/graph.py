@@ -5,7 +5,8 @@ Both front ends (:mod:`pytorch_ref.frontends.float_model` for float models and
 as hls4ml does: :func:`trace` turns the module into a ``torch.fx`` graph, and
 :func:`walk` visits its nodes in order, looks up one handler per node in a
 :class:`Registry` (by module type, by function, or by tensor-method name) and checks
-that the nodes form a chain (each layer reads the output of the one before it).
+that the nodes form a chain (each layer reads the output of the one before it), or,
+for the float front end, records which earlier nodes each one reads (a graph).
 A node that no handler claims stops the conversion with an error naming the node,
 its type and the supported set.
 
@@ -15,6 +16,7 @@ interpreted by the handler of the node that uses them.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import operator
 from collections.abc import Callable
@@ -145,11 +147,12 @@ Handler = Callable[..., object]
 
 @dataclass(frozen=True)
 class Step:
-    """One node of the chain and the handler that claimed it."""
+    """One node of the chain (or graph) and the handler that claimed it."""
     node: fx.Node
     handler: Handler
     module: nn.Module | None        # the called module, for call_module nodes
     where: str                      # describe(node): for error messages
+    reads: tuple[fx.Node, ...] = ()     # the tensors it reads (filled in by walk)
 
 
 class Registry:
@@ -208,8 +211,11 @@ class Registry:
         return Step(node, handler, module, where)
 
 
-def walk(graph_module: fx.GraphModule, registry: Registry) -> list[Step]:
-    """The nodes of ``graph_module`` as a chain of steps, each with its handler."""
+def walk(graph_module: fx.GraphModule, registry: Registry, chain: bool = True) -> list[Step]:
+    """The nodes of ``graph_module`` in order, each with its handler and the tensor nodes
+    it reads (the placeholder stands for the model's input). With ``chain``, each node
+    must read only the output of the one before it; otherwise a node may read any
+    earlier one (a graph, such as a residual network's)."""
     graph = graph_module.graph
     inputs = [n for n in graph.nodes if n.op == "placeholder"]
     if len(inputs) != 1:
@@ -227,10 +233,12 @@ def walk(graph_module: fx.GraphModule, registry: Registry) -> list[Step]:
             break
         step = registry.lookup(node, graph_module)
         reads = [n for n in node.all_input_nodes if not _is_shape_helper(n)]
-        if reads != [current]:
+        if chain and reads != [current]:
             raise TypeError(f"{step.where} reads {', '.join(repr(n.name) for n in reads) or 'nothing'}, "
                             f"not only the output of the layer before it ({current.name!r}): only a "
                             f"chain of layers is supported (no branches or skip connections)")
-        steps.append(step)
+        if not reads:
+            raise TypeError(f"{step.where} reads no tensor")
+        steps.append(dataclasses.replace(step, reads=tuple(reads)))
         current = node
     return steps

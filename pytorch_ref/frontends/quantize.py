@@ -14,7 +14,7 @@ import torch
 from torch.ao.quantization.observer import PerChannelMinMaxObserver
 
 from pytorch_ref.ir import integer_semantics as sem
-from pytorch_ref.ir.quantized_model import QuantParams, Requantization
+from pytorch_ref.ir.quantized_model import AddLayer, QuantParams, Requantization
 
 def weight_observer(bits: int = sem.WEIGHT_BITS) -> PerChannelMinMaxObserver:
     """PyTorch's per-output-channel symmetric observer over the ``bits``-bit codes of
@@ -54,3 +54,15 @@ def quantize_bias(bias: torch.Tensor | None, input_scale: float, weight_scales: 
         raise OverflowError(f"{name}: quantized bias exceeds int32")
     return q.astype(np.int32)
 
+
+
+def make_add(name: str, a: QuantParams, b: QuantParams, output: QuantParams,
+             low: float | None = None, high: float | None = None) -> AddLayer:
+    """The residual add of inputs quantized as ``a`` and ``b`` to ``output``, clamped to
+    ``[low, high]`` (reals; see :func:`~pytorch_ref.ir.integer_semantics.add_weights`)."""
+    w_a, w_b, real = sem.add_weights(a.scale, b.scale, output.scale)
+    multiplier, shift = sem.quantize_multiplier(real)
+    clamp_min, clamp_max = sem.activation_clamp(output.scale, output.zero_point, low, high)
+    return AddLayer(name, (a, b), output, (w_a, w_b),
+                    Requantization(np.array([multiplier], dtype=np.int64), np.array([shift], dtype=np.int64),
+                                   output.zero_point, clamp_min, clamp_max))

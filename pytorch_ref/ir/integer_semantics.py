@@ -27,6 +27,22 @@ each quantized like an activation (:func:`activation_clamp`). Padding of a convo
 reads as ``x_zero_point`` (a real zero); padding of a max-pool reads as -128 (the
 smallest code, so it never wins).
 
+Residual add
+------------
+An element-wise sum of two int8 tensors ``a`` and ``b`` of one shape, each at its own
+scale and zero point, to an output at its own scale (PyTorch's quantized ``add``)::
+
+    acc = w_a * (a - a_zero_point) + w_b * (b - b_zero_point)          (exact)
+    y   = clamp(rounding_shift_right_half_up(acc * multiplier, shift) + y_zero_point, ...)
+
+with the same rounding, multiplier and clamps as a layer. ``w_a`` and ``w_b`` are int8
+weights in ``[1, 127]`` whose ratio is the nearest such ratio to ``a_scale / b_scale``
+(:func:`add_weights`), and ``multiplier * 2**-shift`` approximates ``a_scale / (w_a *
+y_scale)`` (exact for the input of the larger scale). It is a layer of two kernel taps,
+one per input, so it runs on the array like any other. PyTorch computes the sum in
+float and rounds half to even, so the two agree but for ties and the ratio's error
+(at most ``1 / (2 * 127)`` of the smaller input's share).
+
 Requantization
 --------------
 ``multiplier`` is an int32 in ``[2**30, 2**31)`` and ``shift`` an integer in
@@ -210,6 +226,30 @@ def average_pool_weights(channels: int, kernel: tuple[int, int]):
     kh, kw = kernel
     codes = np.ones((channels, 1, kh, kw), dtype=np.int8)
     return codes, np.full(channels, 1.0 / (kh * kw))
+
+
+#: The largest weight of a residual add's inputs (:func:`add_weights`).
+ADD_WEIGHT_MAX = 127
+
+
+def add_weights(scale_a: float, scale_b: float, scale_out: float) -> tuple[int, int, float]:
+    """``(w_a, w_b, real_multiplier)`` of a residual add (see the module docstring): the
+    weights in ``[1, ADD_WEIGHT_MAX]`` whose ratio is nearest ``scale_a / scale_b`` (the
+    larger weights on a tie), and the rescale factor ``multiplier * 2**-shift`` should
+    approximate, exact for the input of the larger scale."""
+    for what, value in (("input a", scale_a), ("input b", scale_b), ("output", scale_out)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{what} scale of an add must be a positive finite number, not {value!r}")
+    big, small = max(scale_a, scale_b), min(scale_a, scale_b)
+    best = None
+    for w_big in range(ADD_WEIGHT_MAX, 0, -1):
+        w_small = min(ADD_WEIGHT_MAX, max(1, round(w_big * small / big)))
+        error = abs(w_small / w_big - small / big)
+        if best is None or error < best[0]:
+            best = (error, w_big, w_small)
+    _, w_big, w_small = best
+    w_a, w_b = (w_big, w_small) if scale_a >= scale_b else (w_small, w_big)
+    return w_a, w_b, big / (w_big * scale_out)
 
 
 def relu_clamp_min(zero_point: int, relu: bool) -> int:

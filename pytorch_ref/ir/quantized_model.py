@@ -168,36 +168,113 @@ class FlattenLayer:
         return (int(np.prod(input_shape)),)
 
 
-Layer = DenseLayer | Conv2dLayer | MaxPool2dLayer | FlattenLayer
+@dataclass(frozen=True)
+class AddLayer:
+    """The element-wise sum of two tensors of one shape (a residual connection), each at
+    its own scale: ``y = requant(weights[0] * (a - za) + weights[1] * (b - zb))`` with
+    one requantization for every element (see ``integer_semantics``, "Residual add")."""
+    name: str
+    input_quants: tuple[QuantParams, QuantParams]
+    output_quant: QuantParams
+    weights: tuple[int, int]
+    requant: Requantization     # one channel, for all
+
+    def __post_init__(self):
+        if len(self.input_quants) != 2 or len(self.weights) != 2:
+            raise ValueError(f"{self.name}: an add has two inputs, so two input quantizations and two weights")
+        if not all(isinstance(w, int) and 1 <= w <= sem.ADD_WEIGHT_MAX for w in self.weights):
+            raise ValueError(f"{self.name}: add weights must be integers in [1, {sem.ADD_WEIGHT_MAX}], "
+                             f"not {self.weights}")
+        if self.requant.multiplier.shape != (1,):
+            raise ValueError(f"{self.name}: an add has one requantization for all channels")
+        if self.requant.zero_point != self.output_quant.zero_point:
+            raise ValueError(f"{self.name}: requantization zero point differs from the output's")
+
+    @property
+    def arity(self) -> int:
+        return 2
+
+    def output_shape(self, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if tuple(a_shape) != tuple(b_shape):
+            raise ValueError(f"{self.name}: adds tensors of one shape, not {tuple(a_shape)} and {tuple(b_shape)}")
+        return tuple(a_shape)
+
+
+Layer = DenseLayer | Conv2dLayer | MaxPool2dLayer | FlattenLayer | AddLayer
+
+
+def chain_inputs(count: int) -> tuple[tuple[int, ...], ...]:
+    """The inputs of ``count`` layers in a chain: each reads the tensor before it."""
+    return tuple((index,) for index in range(count))
 
 
 @dataclass(frozen=True)
 class QuantizedModel:
-    """A network as integers: input quantization, then layers executed in order."""
+    """A network as integers: input quantization, then layers executed in order.
+
+    Tensor 0 is the model's input and tensor ``k + 1`` the output of ``layers[k]``;
+    ``inputs[k]`` lists the tensors layer ``k`` reads (one, or two for an add), each
+    produced before it. ``None`` (the default) is a chain: layer ``k`` reads tensor ``k``.
+    The model's output is the last layer's; every other layer's output must be read."""
     name: str
     input_shape: tuple[int, ...]
     input_quant: QuantParams
     layers: tuple[Layer, ...]
+    inputs: tuple[tuple[int, ...], ...] | None = None
     shapes: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
 
     def __post_init__(self):
         if not self.layers:
             raise ValueError("a model needs at least one layer")
+        inputs = chain_inputs(len(self.layers)) if self.inputs is None else tuple(
+            tuple(int(t) for t in reads) for reads in self.inputs)
+        if len(inputs) != len(self.layers):
+            raise ValueError(f"inputs must list the tensors of each of the {len(self.layers)} layers, "
+                             f"not of {len(inputs)}")
+        read = set()
+        for index, (layer, reads) in enumerate(zip(self.layers, inputs)):
+            if len(reads) != getattr(layer, "arity", 1):
+                raise ValueError(f"{layer.name}: reads {getattr(layer, 'arity', 1)} tensors, not {len(reads)}")
+            if not all(0 <= t <= index for t in reads):
+                raise ValueError(f"{layer.name}: reads tensors {reads}, but only tensors 0 (the input) to "
+                                 f"{index} exist before it")
+            read.update(reads)
+        unread = [self.layers[t - 1].name for t in range(1, len(self.layers)) if t not in read]
+        if unread:
+            raise ValueError(f"the outputs of {', '.join(unread)} are never read (only the last layer's output "
+                             f"is the model's)")
+        object.__setattr__(self, "inputs", None if inputs == chain_inputs(len(self.layers)) else inputs)
         shapes = [tuple(self.input_shape)]
-        for layer in self.layers:
-            shapes.append(layer.output_shape(shapes[-1]))
+        for layer, reads in zip(self.layers, inputs):
+            shapes.append(layer.output_shape(*(shapes[t] for t in reads)))
         object.__setattr__(self, "shapes", tuple(shapes))
+
+    @property
+    def layer_inputs(self) -> tuple[tuple[int, ...], ...]:
+        """The tensors each layer reads (see the class docstring), chain or not."""
+        return chain_inputs(len(self.layers)) if self.inputs is None else self.inputs
+
+    @property
+    def is_chain(self) -> bool:
+        return self.inputs is None
 
     @property
     def output_shape(self) -> tuple[int, ...]:
         return self.shapes[-1]
 
+    def quant_of(self, tensor: int) -> QuantParams:
+        """The scale and zero point of tensor ``tensor`` (pooling and flattening keep their
+        input's)."""
+        while tensor > 0:
+            layer = self.layers[tensor - 1]
+            if isinstance(layer, (DenseLayer, Conv2dLayer, AddLayer)):
+                return layer.output_quant
+            tensor = self.layer_inputs[tensor - 1][0]
+        return self.input_quant
+
     @property
     def output_quant(self) -> QuantParams:
-        for layer in reversed(self.layers):
-            if isinstance(layer, (DenseLayer, Conv2dLayer)):
-                return layer.output_quant
-        return self.input_quant
+        return self.quant_of(len(self.layers))
 
     @property
     def weighted_layers(self) -> list[DenseLayer | Conv2dLayer]:
@@ -209,6 +286,8 @@ class QuantizedModel:
         for layer, shape_out in zip(self.layers, self.shapes[1:]):
             if isinstance(layer, (DenseLayer, Conv2dLayer)):
                 out.append(int(np.prod(shape_out)) * layer.fan_in)
+            elif isinstance(layer, AddLayer):
+                out.append(2 * int(np.prod(shape_out)))         # one product per input element
             else:
                 out.append(0)
         return out

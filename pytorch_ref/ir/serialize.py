@@ -5,8 +5,9 @@ The file is a NumPy ``.npz`` archive (a zip of ``.npy`` arrays, no pickle):
 * ``header``: a string holding JSON -- ``{"format": "nnaccel-quantized-model",
   "version": 1, "name": ..., "input_shape": [...], "input_quant": {"scale": ...,
   "zero_point": ...}, "layers": [...]}``, one object per layer with its ``type``
-  (``dense``, ``conv2d``, ``maxpool2d``, ``flatten``), ``name`` and scalar fields
-  (a weighted layer's ``weight_bits``; 8 where a file has none);
+  (``dense``, ``conv2d``, ``maxpool2d``, ``flatten``, ``add``), ``name`` and scalar fields
+  (a weighted layer's ``weight_bits``; 8 where a file has none); and, for a model that
+  is not a chain, ``"inputs"``: the tensors each layer reads (``QuantizedModel.inputs``);
 * ``layers.<i>.weight``, ``layers.<i>.bias``, ``layers.<i>.multiplier``,
   ``layers.<i>.shift``: the arrays of weighted layer ``i``, in their own dtypes.
 
@@ -23,7 +24,7 @@ import zipfile
 import numpy as np
 
 from pytorch_ref.ir.atomic_file import atomic_output
-from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+from pytorch_ref.ir.quantized_model import (AddLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                                             QuantizedModel, QuantParams, Requantization)
 
 __all__ = ["FORMAT", "VERSION", "save_model", "load_model"]
@@ -66,6 +67,14 @@ def _layer_to_json(index: int, layer, arrays: dict) -> dict:
                 "stride": list(_pair(layer.stride)), "padding": list(_pair(layer.padding))}
     if type(layer) is FlattenLayer:
         return {"type": "flatten", "name": layer.name}
+    if type(layer) is AddLayer:
+        rq = layer.requant
+        return {"type": "add", "name": layer.name, "weights": [int(w) for w in layer.weights],
+                "input_quants": [_quant_to_json(q) for q in layer.input_quants],
+                "output_quant": _quant_to_json(layer.output_quant),
+                "requant": {"multiplier": int(rq.multiplier[0]), "shift": int(rq.shift[0]),
+                            "zero_point": int(rq.zero_point), "clamp_min": int(rq.clamp_min),
+                            "clamp_max": int(rq.clamp_max)}}
     raise TypeError(f"cannot save a layer of type {type(layer).__name__}")
 
 
@@ -89,6 +98,13 @@ def _layer_from_json(index: int, entry: dict, archive):
                               _pair(entry["padding"]))
     if kind == "flatten":
         return FlattenLayer(str(entry["name"]))
+    if kind == "add":
+        rq = entry["requant"]
+        return AddLayer(str(entry["name"]), tuple(_quant_from_json(q) for q in entry["input_quants"]),
+                        _quant_from_json(entry["output_quant"]), tuple(int(w) for w in entry["weights"]),
+                        Requantization(np.array([int(rq["multiplier"])], dtype=np.int64),
+                                       np.array([int(rq["shift"])], dtype=np.int64), int(rq["zero_point"]),
+                                       int(rq["clamp_min"]), int(rq["clamp_max"])))
     raise ValueError(f"unknown layer type {kind!r}")
 
 
@@ -104,6 +120,8 @@ def save_model(model: QuantizedModel, path: str | os.PathLike) -> None:
               "input_shape": [int(d) for d in model.input_shape],
               "input_quant": _quant_to_json(model.input_quant),
               "layers": [_layer_to_json(i, layer, arrays) for i, layer in enumerate(model.layers)]}
+    if not model.is_chain:
+        header["inputs"] = [list(reads) for reads in model.inputs]
     arrays[_HEADER] = np.array(json.dumps(header, allow_nan=False))
     with atomic_output(path, binary=True) as f:
         np.savez_compressed(f, **arrays)
@@ -137,6 +155,6 @@ def load_model(path: str | os.PathLike) -> QuantizedModel:
             return QuantizedModel(name=str(header["name"]),
                                   input_shape=tuple(int(d) for d in header["input_shape"]),
                                   input_quant=_quant_from_json(header["input_quant"]),
-                                  layers=layers)
+                                  layers=layers, inputs=header.get("inputs"))
         except (KeyError, TypeError, ValueError, zipfile.BadZipFile) as error:
             raise ValueError(f"{path}: damaged {FORMAT} file: {error}") from error
