@@ -248,17 +248,16 @@ def _no_stats():
      r"^module '1' \(Sigmoid\) is not supported; supported by the float front end: modules "
      r"AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Dropout, Flatten, Hardtanh, "
      r"Identity, Linear, MaxPool2d, ReLU, ReLU6; functions .*torch\.flatten.*; "
-     r"tensor methods flatten, mean, relu, relu_, reshape, view$"),
+     r"tensor methods add, add_, flatten, mean, relu, relu_, reshape, view$"),
     (nn.Sequential(nn.Conv2d(1, 1, 3), nn.BatchNorm1d(1)), (1, 5, 5), ValueError,
      r"^module '1' \(BatchNorm1d\) must directly follow a Linear to be folded into it$"),
     (nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(4)), (4,), ValueError,
      r"^module '1' \(BatchNorm1d\): BatchNorm1d has 4 features but the Linear before it has 3 outputs$"),
     (Sigmoid(), (4,), TypeError, r"^function 'sigmoid' \(torch\.sigmoid\) is not supported; "),
     (SigmoidMethod(), (4,), TypeError, r"^method 'sigmoid' \(Tensor\.sigmoid\) is not supported; "),
-    (Residual(), (4,), TypeError, r"^function 'add' \(operator\.add\) is not supported; "),
-    (Branch(), (4,), TypeError,
-     r"^module 'b' \(Linear\) reads 'x', not only the output of the layer before it \('a'\): "
-     r"only a chain of layers is supported \(no branches or skip connections\)$"),
+    (Residual(), (5,), ValueError, r"^module 'fc' \(Linear\): expects 4 input features, not 5 "),
+    (Branch(), (4,), ValueError,
+     r"^module 'a' \(Linear\): its output is never read \(only the last layer's output is the model's\)$"),
     (DataDependent(), (4,), TypeError, r"^cannot trace DataDependent with torch\.fx \(TraceError: "),
     (TwoInputs(), (4,), TypeError, r"^the model's forward must take exactly one tensor, not 2 \(x, y\)$"),
     (nn.Sequential(nn.Conv2d(1, 1, 3, padding=1, padding_mode="reflect")), (1, 5, 5), ValueError,
@@ -279,7 +278,7 @@ def _no_stats():
     (_no_stats(), (1, 5, 5), ValueError,
      r"^module '1' \(BatchNorm2d\): needs running statistics to be folded \(track_running_stats=True\)$"),
     (nn.Sequential(nn.ReLU(), nn.Linear(4, 4)), (4,), ValueError,
-     r"^module '0' \(ReLU\) has no Conv2d or Linear before it to fuse into "
+     r"^module '0' \(ReLU\) has no Conv2d, Linear or add before it to fuse into "
      r"\(only MaxPool2d and Flatten may stand between them\)$"),
     (nn.Sequential(nn.Flatten(0)), (4,), ValueError,
      r"^module '0' \(Flatten\): only Flatten\(start_dim=1, end_dim=-1\) is supported, not start_dim=0, end_dim=-1$"),
@@ -362,7 +361,7 @@ def test_relu6_and_hardtanh_fuse_as_clamps():
 
 
 def test_clamp_errors_name_the_layer():
-    with pytest.raises(ValueError, match=r"has no Conv2d or Linear before it to fuse into"):
+    with pytest.raises(ValueError, match=r"has no Conv2d, Linear or add before it to fuse into"):
         float_ops(nn.Sequential(nn.ReLU6(), nn.Linear(2, 2)))
     class Flat(nn.Module):                     # nn.Hardtanh itself refuses min_val >= max_val
         def __init__(self):
@@ -409,7 +408,7 @@ def test_average_pooling_lowers_to_unit_depthwise_convolutions():
 
         def forward(self, x):
             x = F.avg_pool2d(self.pool(F.relu(self.conv(x))), 3, stride=1, padding=1)
-            return self.fc(self.gap(x).flatten(1) + 0 * x.mean((2, 3)))
+            return self.fc(self.gap(x).flatten(1) + x.mean((2, 3)))
 
     class Mean(nn.Module):
         def __init__(self):
@@ -425,8 +424,10 @@ def test_average_pooling_lowers_to_unit_depthwise_convolutions():
     assert isinstance(pool, Conv2dLayer) and pool.groups == 4 and pool.kernel_size == (6, 6)
     assert (pool.weight == 1).all() and pool.input_quant == pool.output_quant
     assert isinstance(quantized.layers[2], FlattenLayer)
-    with pytest.raises(TypeError, match=r"only a chain of layers is supported"):    # Pools branches
-        float_ops(Pools())
+    ops = float_ops(Pools())        # a graph: two global poolings of one tensor, added
+    assert [(type(op).__name__, op.inputs) for op in ops] == [
+        ("WeightedOp", (-1,)), ("AvgPoolOp", (0,)), ("AvgPoolOp", (1,)), ("AvgPoolOp", (2,)), ("FlattenOp", (3,)),
+        ("AvgPoolOp", (2,)), ("AddOp", (4, 5)), ("WeightedOp", (6,))]
 
 
 @pytest.mark.parametrize("make, message", [

@@ -15,7 +15,7 @@ from torch import nn
 
 from pytorch_ref.frontends.float_model import quantize_model
 from pytorch_ref.ir import serialize
-from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+from pytorch_ref.ir.quantized_model import (AddLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                                             QuantizedModel)
 from pytorch_ref.ir.serialize import load_model, save_model
 from pytorch_ref.reference import run_integer_reference
@@ -58,7 +58,15 @@ def assert_identical(a, b, where="model"):
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
-@pytest.mark.parametrize("make", [tiny_dense, small_cnn])
+def residual() -> QuantizedModel:
+    """A graph: a residual block (two convolutions, an add of the block's input, ReLU)."""
+    from pytorch_ref.zoo.models import ResidualBlock
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), ResidualBlock(4, 4), nn.Flatten(), nn.Linear(64, 3))
+    return quantize_model(model.eval(), torch.randn(32, 2, 4, 4), name="residual")
+
+
+@pytest.mark.parametrize("make", [tiny_dense, small_cnn, residual])
 def test_round_trip_is_exact(make, tmp_path):
     model = make()
     path = tmp_path / "model.npz"
@@ -71,8 +79,9 @@ def test_round_trip_is_exact(make, tmp_path):
 
 
 def test_round_trip_covers_every_layer_type():
-    types = {type(layer) for layer in small_cnn().layers}
-    assert types == {Conv2dLayer, MaxPool2dLayer, FlattenLayer, DenseLayer}
+    types = {type(layer) for layer in small_cnn().layers + residual().layers}
+    assert types == {Conv2dLayer, MaxPool2dLayer, FlattenLayer, DenseLayer, AddLayer}
+    assert residual().inputs is not None
 
 
 def test_file_mode_follows_umask_and_replaces(tmp_path):

@@ -564,6 +564,10 @@ def float_ops(model: nn.Module) -> list[FloatOp]:
         sources.append(reads)
     if not ops:
         raise ValueError("the model has no layer")
+    read = {j for reads in sources for j in reads}
+    for index, op in enumerate(ops[:-1]):
+        if index not in read:
+            raise ValueError(f"{op.where}: its output is never read (only the last layer's output is the model's)")
     output = value[steps[-1].node]
     if output != len(ops) - 1:
         raise ValueError("the model must return the output of its last layer")

@@ -1,4 +1,4 @@
-"""The float models the product ships, as plain ``nn.Sequential`` networks."""
+"""The float models the product ships: ``nn.Sequential`` chains, and ResNet-8's residual graph."""
 from __future__ import annotations
 
 import torch
@@ -14,6 +14,7 @@ INPUT_SHAPES = {
     "dwsep": (8, 16, 16),
     "dscnn": (1, 49, 10),
     "autoencoder": (640,),
+    "resnet8": (3, 32, 32),
 }
 
 
@@ -93,6 +94,52 @@ def fc_autoencoder(inputs: int = 640, hidden: int = 128, bottleneck: int = 8) ->
     return _randomise_batchnorm(nn.Sequential(*layers))
 
 
+class ResidualBlock(nn.Module):
+    """Two 3x3 convolutions with BatchNorm (ReLU between them), added to the block's input,
+    then ReLU. Where the block changes the channels or the stride, the input passes a 1x1
+    convolution of that stride first (the shortcut)."""
+
+    def __init__(self, channels: int, out_channels: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, out_channels, 3, stride=stride, padding=1)
+        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+        self.shortcut = (nn.Conv2d(channels, out_channels, 1, stride=stride)
+                         if stride != 1 or channels != out_channels else nn.Identity())
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(self.shortcut(x) + y)
+
+
+class ResNet8(nn.Module):
+    """MLPerf Tiny image classification, ResNet-8 (CIFAR-10 shape, 3x32x32): a 3x3
+    convolution to 16 channels, three residual blocks of 16, 32 and 64 channels (the last
+    two of stride 2, with 1x1 convolutions on their shortcuts), average pooling over the
+    whole 8x8 map and a 10-way classifier. The reference's 'same' padding of a stride-2
+    convolution is asymmetric (none before, one after); padding 1 gives the same shapes."""
+
+    def __init__(self, classes: int = 10, widths: tuple[int, ...] = (16, 32, 64)):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, padding=1), nn.BatchNorm2d(widths[0]), nn.ReLU())
+        blocks, channels = [], widths[0]
+        for index, width in enumerate(widths):
+            blocks.append(ResidualBlock(channels, width, stride=1 if index == 0 else 2))
+            channels = width
+        self.blocks = nn.Sequential(*blocks)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Linear(channels, classes)
+
+    def forward(self, x):
+        return self.classifier(self.pool(self.blocks(self.stem(x))).flatten(1))
+
+
+def resnet8() -> nn.Module:
+    return _randomise_batchnorm(ResNet8())
+
+
 def _randomise_batchnorm(model: nn.Module) -> nn.Module:
     """Seeded running statistics and affine parameters, so that folding has work to do."""
     for m in model.modules():
@@ -114,10 +161,11 @@ BUILDERS = {
     "dwsep": depthwise_separable,
     "dscnn": ds_cnn,
     "autoencoder": fc_autoencoder,
+    "resnet8": resnet8,
 }
 
 
-def build(name: str, seed: int = 0) -> nn.Sequential:
+def build(name: str, seed: int = 0) -> nn.Module:
     """A model by name, with weights initialised from ``seed``."""
     if name not in BUILDERS:
         raise ValueError(f"model must be one of {', '.join(sorted(BUILDERS))}, not {name!r}")
