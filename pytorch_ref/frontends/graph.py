@@ -196,10 +196,11 @@ class Registry:
         return self._registrar(self.methods, names)
 
     def supported(self) -> str:
-        modules = ", ".join(sorted({type_name(t) for t in self.modules}))
-        functions = ", ".join(sorted({_callable_name(f) for f in self.functions}))
-        methods = ", ".join(sorted(self.methods))
-        return f"supported by the {self.what}: modules {modules}; functions {functions}; tensor methods {methods}"
+        groups = [("modules", {type_name(t) for t in self.modules}),
+                  ("functions", {_callable_name(f) for f in self.functions}),
+                  ("tensor methods", set(self.methods))]
+        listed = "; ".join(f"{kind} {', '.join(sorted(names))}" for kind, names in groups if names)
+        return f"supported by the {self.what}: {listed}"
 
     def lookup(self, node: fx.Node, graph_module: fx.GraphModule) -> Step:
         where = describe(node, graph_module)
