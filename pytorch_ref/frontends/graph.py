@@ -8,7 +8,10 @@ as hls4ml does: :func:`trace` turns the module into a ``torch.fx`` graph, and
 that the nodes form a chain (each layer reads the output of the one before it), or,
 for the float front end, records which earlier nodes each one reads (a graph).
 A node that no handler claims stops the conversion with an error naming the node,
-its type and the supported set.
+its type and the supported set (:class:`UnsupportedGraph`).
+
+A front end may also name nodes that are not layers (``skip``): in a ``torch.export``
+graph, the constants (weights and their dequantization) and the export's own guards.
 
 Shape arithmetic such as ``x.size(0)`` or ``x.shape[0]`` only feeds the arguments of a
 ``view``/``reshape``; such nodes are "shape helpers": skipped by the walk and
@@ -22,9 +25,15 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from torch import fx, nn
 
-__all__ = ["Registry", "trace", "walk", "describe", "type_name", "is_batch_size", "flatten_spec", "pair"]
+__all__ = ["Registry", "UnsupportedGraph", "trace", "walk", "describe", "type_name", "is_batch_size", "flatten_spec", "pair"]
+
+
+class UnsupportedGraph(TypeError, ValueError):
+    """A node no handler claims, or nodes that are not a chain. Both a ``TypeError`` (as
+    the torch.fx front ends have always raised) and a ``ValueError``."""
 
 
 def trace(model: nn.Module) -> fx.GraphModule:
@@ -40,6 +49,8 @@ def trace(model: nn.Module) -> fx.GraphModule:
 
 
 def _callable_name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):     # an ATen or other operator of an exported graph
+        return f"torch.ops.{target}"
     module = getattr(target, "__module__", None) or ""
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
     if module in ("_operator", "builtins"):
@@ -188,10 +199,11 @@ class Registry:
         return self._registrar(self.methods, names)
 
     def supported(self) -> str:
-        modules = ", ".join(sorted({type_name(t) for t in self.modules}))
-        functions = ", ".join(sorted({_callable_name(f) for f in self.functions}))
-        methods = ", ".join(sorted(self.methods))
-        return f"supported by the {self.what}: modules {modules}; functions {functions}; tensor methods {methods}"
+        groups = [("modules", {type_name(t) for t in self.modules}),
+                  ("functions", {_callable_name(f) for f in self.functions}),
+                  ("tensor methods", set(self.methods))]
+        listed = "; ".join(f"{kind} {', '.join(sorted(names))}" for kind, names in groups if names)
+        return f"supported by the {self.what}: {listed}"
 
     def lookup(self, node: fx.Node, graph_module: fx.GraphModule) -> Step:
         where = describe(node, graph_module)
@@ -207,38 +219,50 @@ class Registry:
         elif node.op == "call_method":
             handler = self.methods.get(node.target)
         if handler is None:
-            raise TypeError(f"{where} is not supported; {self.supported()}")
+            raise UnsupportedGraph(f"{where} is not supported; {self.supported()}")
         return Step(node, handler, module, where)
 
 
-def walk(graph_module: fx.GraphModule, registry: Registry, chain: bool = True) -> list[Step]:
+def walk(graph_module: fx.GraphModule, registry: Registry, chain: bool = True,
+         skip: Callable[[fx.Node], bool] | None = None, tuple_output: bool = False) -> list[Step]:
     """The nodes of ``graph_module`` in order, each with its handler and the tensor nodes
-    it reads (the placeholder stands for the model's input). With ``chain``, each node
-    must read only the output of the one before it; otherwise a node may read any
-    earlier one (a graph, such as a residual network's)."""
+    it reads (the placeholder stands for the model's input).
+
+    With ``chain``, each node must read only the output of the one before it; otherwise
+    a node may read any earlier one (a graph, such as a residual network's). Nodes for
+    which ``skip`` is true are not steps, and reading them does not count. With
+    ``tuple_output`` the graph may return its last layer's output as a tuple of one (as
+    ``torch.export`` graphs do).
+    """
+    def skipped(node) -> bool:
+        return _is_shape_helper(node) or (skip is not None and skip(node))
+
     graph = graph_module.graph
     inputs = [n for n in graph.nodes if n.op == "placeholder"]
     if len(inputs) != 1:
-        raise TypeError(f"the model's forward must take exactly one tensor, not {len(inputs)} "
-                        f"({', '.join(n.name for n in inputs)})")
+        raise UnsupportedGraph(f"the model's forward must take exactly one tensor, not {len(inputs)} "
+                               f"({', '.join(n.name for n in inputs)})")
     current = inputs[0]
     steps = []
     for node in graph.nodes:
-        if node.op == "placeholder" or _is_shape_helper(node):
+        if node.op == "placeholder" or skipped(node):
             continue
         if node.op == "output":
-            if node.args[0] is not current:
-                raise TypeError(f"the model must return the output of its last layer "
-                                f"{current.name!r} as one tensor, not {node.args[0]!r}")
+            result = node.args[0]
+            if tuple_output and isinstance(result, (tuple, list)) and len(result) == 1:
+                result = result[0]
+            if result is not current:
+                raise UnsupportedGraph(f"the model must return the output of its last layer "
+                                       f"{current.name!r} as one tensor, not {node.args[0]!r}")
             break
         step = registry.lookup(node, graph_module)
-        reads = [n for n in node.all_input_nodes if not _is_shape_helper(n)]
+        reads = [n for n in node.all_input_nodes if not skipped(n)]
         if chain and reads != [current]:
-            raise TypeError(f"{step.where} reads {', '.join(repr(n.name) for n in reads) or 'nothing'}, "
-                            f"not only the output of the layer before it ({current.name!r}): only a "
-                            f"chain of layers is supported (no branches or skip connections)")
+            raise UnsupportedGraph(f"{step.where} reads {', '.join(repr(n.name) for n in reads) or 'nothing'}, "
+                                   f"not only the output of the layer before it ({current.name!r}): only a "
+                                   f"chain of layers is supported (no branches or skip connections)")
         if not reads:
-            raise TypeError(f"{step.where} reads no tensor")
+            raise UnsupportedGraph(f"{step.where} reads no tensor")
         steps.append(dataclasses.replace(step, reads=tuple(reads)))
         current = node
     return steps

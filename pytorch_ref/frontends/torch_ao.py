@@ -25,7 +25,7 @@ Conv/BN/ReLU and Linear/ReLU), for tests and examples.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -38,19 +38,15 @@ from torch.ao.quantization.observer import MinMaxObserver, PerChannelMinMaxObser
 from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.frontends.float_model import ClampOp, FlattenOp, MaxPoolOp, maxpool_op
 from pytorch_ref.frontends.graph import Registry, Step, flatten_spec, trace, type_name, walk
-from pytorch_ref.frontends.quantize import make_requantization, quantize_bias
-from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
-                              QuantParams)
+from pytorch_ref.frontends.imported import check_symmetric, code_offset, compare_codes, fuse_relu, our_codes, \
+    weighted_layer
+from pytorch_ref.ir.quantized_model import FlattenLayer, MaxPool2dLayer, QuantizedModel, QuantParams
 from pytorch_ref.reference import run_integer_reference
 
 __all__ = ["import_torch_ao", "torch_ao_quantize", "torch_ao_codes", "measure_agreement", "REGISTRY"]
 
 #: The torch.ao importer's handlers, one per quantized module type.
 REGISTRY = Registry("torch.ao importer")
-
-#: Offset from PyTorch's activation codes to ours, by activation dtype.
-_CODE_OFFSET = {torch.quint8: -128, torch.qint8: 0}
-
 
 @dataclass
 class _Quantize:
@@ -80,9 +76,7 @@ def _name(step: Step) -> str:
 @REGISTRY.module(nnq.Quantize)
 def _quantize(step: Step):
     m = step.module
-    if m.dtype not in _CODE_OFFSET:
-        raise ValueError(f"{step.where}: activations must be quint8 or qint8, not {m.dtype}")
-    return _Quantize(step.where, float(m.scale), int(m.zero_point), _CODE_OFFSET[m.dtype])
+    return _Quantize(step.where, float(m.scale), int(m.zero_point), code_offset(m.dtype, step.where))
 
 
 @REGISTRY.module(nnq.DeQuantize)
@@ -147,9 +141,7 @@ def _weights(op: _Weighted) -> tuple[np.ndarray, np.ndarray]:
     else:
         scales = np.full(out_channels, w.q_scale(), dtype=np.float64)
         zero_points = np.full(out_channels, w.q_zero_point())
-    if (zero_points != 0).any():
-        raise ValueError(f"{op.where}: weights must be symmetric (zero point 0), not zero points "
-                         f"{sorted(set(zero_points.tolist()))}")
+    check_symmetric(op.where, zero_points)
     return w.int_repr().numpy(), scales
 
 
@@ -157,19 +149,12 @@ def _lower_weighted(op: _Weighted, input_quant: QuantParams, offset: int):
     m = op.module
     output_quant = QuantParams(float(m.scale), int(m.zero_point) + offset)
     codes, scales = _weights(op)
-    bias = m.bias()
-    common = dict(name=op.name, weight=codes,
-                  bias=quantize_bias(bias, input_quant.scale, scales, op.name),
-                  input_quant=input_quant, output_quant=output_quant,
-                  requant=make_requantization(input_quant.scale, scales, output_quant,
-                                               low=0.0 if op.relu else None))
-    if isinstance(m, nnq.Linear):
-        return DenseLayer(**common)
-    if m.padding_mode != "zeros":
-        raise ValueError(f"{op.where}: padding mode must be 'zeros', not {m.padding_mode!r}")
-    if tuple(m.dilation) != (1, 1):
-        raise ValueError(f"{op.where}: dilation must be 1, not {tuple(m.dilation)}")
-    return Conv2dLayer(**common, stride=tuple(m.stride), padding=tuple(m.padding), groups=m.groups)
+    conv = None
+    if not isinstance(m, nnq.Linear):
+        if m.padding_mode != "zeros":
+            raise ValueError(f"{op.where}: padding mode must be 'zeros', not {m.padding_mode!r}")
+        conv = dict(stride=m.stride, padding=m.padding, dilation=m.dilation, groups=m.groups)
+    return weighted_layer(op.name, op.where, codes, scales, m.bias(), input_quant, output_quant, op.relu, conv)
 
 
 def import_torch_ao(model: nn.Module, input_shape: tuple[int, ...], name: str = "model") -> QuantizedModel:
@@ -204,25 +189,13 @@ def import_torch_ao(model: nn.Module, input_shape: tuple[int, ...], name: str = 
         elif isinstance(op, FlattenOp):
             layers.append(FlattenLayer(op.name))
         elif isinstance(op, ClampOp):
-            _fuse_relu(layers, op)
+            fuse_relu(layers, op.where)
     if quantize is None:
         raise ValueError("the model has no Quantize module: convert it with torch.ao.quantization first")
     if not dequantized:
         raise ValueError("the model has no DeQuantize module at its output")
     return QuantizedModel(name=name, input_shape=tuple(input_shape), input_quant=QuantParams(
         quantize.scale, quantize.zero_point + quantize.offset), layers=tuple(layers))
-
-
-def _fuse_relu(layers: list, op: ClampOp) -> None:
-    """A quantized ReLU is ``max(q, zero_point)``: fold it into the clamp of the weighted
-    layer before it (max-pooling and flattening commute with it)."""
-    index = next((i for i in reversed(range(len(layers)))
-                  if isinstance(layers[i], (DenseLayer, Conv2dLayer))), None)
-    if index is None or not all(isinstance(l, (MaxPool2dLayer, FlattenLayer)) for l in layers[index + 1:]):
-        raise ValueError(f"{op.where} has no quantized Conv2d or Linear before it to fuse into")
-    layer = layers[index]
-    clamp_min = sem.relu_clamp_min(layer.requant.zero_point, True)
-    layers[index] = replace(layer, requant=replace(layer.requant, clamp_min=clamp_min))
 
 
 # -- producing and measuring torch.ao models ---------------------------------------------
@@ -284,7 +257,7 @@ def torch_ao_codes(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, tor
     def grab(key, index):
         def hook(module, inputs, output):
             tensor = output if index is None else inputs[index]
-            seen[key] = (tensor.int_repr().to(torch.int16) + _CODE_OFFSET[tensor.dtype]).to(torch.int8)
+            seen[key] = our_codes(tensor.int_repr(), tensor.dtype)
         return hook
 
     quantizers = [m for m in model.modules() if isinstance(m, nnq.Quantize)]
@@ -305,17 +278,7 @@ def measure_agreement(torch_model: nn.Module, quantized: QuantizedModel, x: torc
     """How closely the integer reference reproduces PyTorch's quantized engine on float
     inputs ``x``: both run on PyTorch's own input codes.
 
-    Returns ``outputs``, ``equal`` (fraction of output codes equal), ``within_one``
-    (fraction off by at most one code), ``max_difference`` (in codes) and
-    for flat outputs ``same_class`` (fraction of inputs whose argmax agrees).
+    Returns :func:`~pytorch_ref.frontends.imported.compare_codes`'s figures.
     """
     codes_in, theirs = torch_ao_codes(torch_model, x)
-    ours = run_integer_reference(quantized, codes_in, device="cpu")
-    difference = (ours.to(torch.int16) - theirs.to(torch.int16)).abs()
-    result = dict(outputs=difference.numel(),
-                  equal=float((difference == 0).float().mean()),
-                  within_one=float((difference <= 1).float().mean()),
-                  max_difference=int(difference.max()))
-    if ours.dim() == 2:
-        result["same_class"] = float((ours.argmax(1) == theirs.argmax(1)).float().mean())
-    return result
+    return compare_codes(run_integer_reference(quantized, codes_in, device="cpu"), theirs)
