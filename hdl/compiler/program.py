@@ -328,7 +328,9 @@ class _Lowering:
             if isinstance(layer, MaxPool2dLayer):
                 self.ops.append(self.pool(layer, sources[0], dest))
             elif isinstance(layer, AddLayer):
-                self.ops.append(self.add(layer, *sources, dest))
+                self.ops.extend(self.add(layer, *sources, dest))
+            elif self.is_depthwise(layer) and self.chunks_channels(layer.out_features):
+                self.ops.extend(self.depthwise(layer, sources[0], dest))
             elif isinstance(layer, (DenseLayer, Conv2dLayer)):
                 after_flatten = self.stored(reads[index][0]) != reads[index][0]
                 self.ops.append(self.gemm(layer, sources[0], dest, after_flatten))
@@ -431,7 +433,8 @@ class _Lowering:
         layer after a flatten is a convolution whose kernel is the whole ``(C, H, W)`` input."""
         if isinstance(layer, DenseLayer) and len(shape) == 3:
             kh, kw = shape[1:]
-        elif not isinstance(layer, Conv2dLayer):
+        elif not isinstance(layer, Conv2dLayer) or (self.is_depthwise(layer)
+                                                    and self.chunks_channels(layer.out_features)):
             return False
         else:
             kh, kw = (1, layer.weight.shape[3]) if stacked else layer.weight.shape[2:]
@@ -446,6 +449,8 @@ class _Lowering:
         docstring), or None where that does not save cycles: the tiles saved on every
         output pixel against the longer input load (about ``READ_WORDS`` words a cycle)."""
         if not isinstance(layer, Conv2dLayer) or layer.weight.shape[2] == 1:
+            return None
+        if self.is_depthwise(layer) and self.chunks_channels(layer.out_features):
             return None
         cfg = self.config
         c, h, w = shape
@@ -490,14 +495,14 @@ class _Lowering:
         return self.gemm_op(layer.name, kernel, bias_eff, layer.requant, zp_in, stride, padding, source, dest,
                             layer.weight_bits, macs)
 
-    def add(self, layer: AddLayer, a: TensorPlacement, b: TensorPlacement, dest: TensorPlacement) -> GemmOp:
+    def add(self, layer: AddLayer, a: TensorPlacement, b: TensorPlacement, dest: TensorPlacement) -> list[GemmOp]:
         """A residual add as a convolution of a 2x1 kernel over a view of both inputs.
 
         With ``lower`` the input at the lower address and ``D`` the pixels from it to the
         other, the view is a tensor of 2 rows of ``D`` pixels whose row 0 starts with
         ``lower`` and row 1 with the other input; output pixel ``p`` (the batch's pixels in
-        one row) reads pixel ``p`` of both rows. The kernel holds each input's weight on
-        the diagonal of its tap, and the bias the zero points: ``-(w_a * za + w_b * zb)``.
+        one row) reads pixel ``p`` of both rows. Each channel weighs its two taps by the
+        inputs' weights, and the bias holds the zero points: ``-(w_a * za + w_b * zb)``.
         """
         if a.base == b.base:
             raise ValueError(f"{layer.name}: adds a tensor to itself, which is not supported; scale it instead")
@@ -510,14 +515,60 @@ class _Lowering:
         if rest or gap < lower.pixels:
             raise AssertionError(f"{layer.name}: inputs {gap} pixels (+{rest} words) apart")
         channels = lower.channels
-        kernel = np.zeros((channels, channels, 2, 1), dtype=np.int64)
-        kernel[np.arange(channels), np.arange(channels), 0, 0] = w_low
-        kernel[np.arange(channels), np.arange(channels), 1, 0] = w_high
+        weights = np.tile(np.array([w_low, w_high], dtype=np.int64).reshape(1, 2, 1), (channels, 1, 1))
         bias = np.full(channels, -(w_low * q_low.zero_point + w_high * q_high.zero_point), dtype=np.int64)
         view = TensorPlacement(lower.base, channels, 2, gap, wpp)
         row = dataclasses.replace(dest, height=1, width=dest.pixels, images=1)
-        return self.gemm_op(layer.name, kernel, bias, layer.requant, q_low.zero_point, (1, 1), (0, 0), view,
-                            row, sem.WEIGHT_BITS, 2 * channels * dest.pixels)
+        return self.channelwise(layer.name, weights, bias, layer.requant, q_low.zero_point, (1, 1), (0, 0), view,
+                                row, sem.WEIGHT_BITS)
+
+    def depthwise(self, layer: Conv2dLayer, source: TensorPlacement, dest: TensorPlacement) -> list[GemmOp]:
+        """A depthwise convolution (one filter per channel), in chunks of channels."""
+        zp_in = layer.input_quant.zero_point
+        weights = layer.weight[:, 0].astype(np.int64)                       # [C, kh, kw]
+        bias = layer.bias.astype(np.int64) - zp_in * weights.reshape(len(weights), -1).sum(axis=1)
+        return self.channelwise(layer.name, weights, bias, layer.requant, zp_in, tuple(layer.stride),
+                                tuple(layer.padding), source, dest, layer.weight_bits)
+
+    @staticmethod
+    def is_depthwise(layer) -> bool:
+        """A convolution whose output channel ``c`` reads only input channel ``c``."""
+        return (isinstance(layer, Conv2dLayer) and layer.groups > 1
+                and layer.groups == layer.out_features == layer.weight.shape[1] * layer.groups)
+
+    def chunks_channels(self, channels: int) -> bool:
+        """Whether a channel-wise layer of ``channels`` runs as one op per ``cols`` channels
+        (see :meth:`channelwise`): where there is more than one such chunk and each one
+        starts a word of the activation memory (``rows`` divides ``cols``)."""
+        return self.config.cols % self.config.rows == 0 and channels > self.config.cols
+
+    def channelwise(self, name: str, weights: np.ndarray, bias_eff: np.ndarray, rq, zp_in: int, stride, padding,
+                    source: TensorPlacement, dest: TensorPlacement, weight_bits: int) -> list[GemmOp]:
+        """The ops of a layer whose output channel ``c`` reads only input channel ``c``,
+        through the kernel ``weights[c]`` (``[C, kh, kw]``).
+
+        On the array such a layer is a convolution of block-diagonal weights: of the
+        ``ceil(C / rows) x ceil(C / cols)`` weight tiles of a tap, only those on the
+        diagonal hold weights. Where :meth:`chunks_channels`, it runs instead as one op
+        per chunk of ``cols`` channels, each on views of its channels in the source and
+        the destination (the chunk's first word onwards, the tensors' pixel strides),
+        which skips the tiles off the diagonal: ``ceil(C / cols)`` times fewer steps."""
+        channels = len(weights)
+        chunked = self.chunks_channels(channels) and not source.packed_lanes and not dest.packed_lanes
+        chunk = self.config.cols if chunked else channels
+        multiplier, shift = (np.broadcast_to(v, (channels,)) for v in (rq.multiplier, rq.shift))
+        ops = []
+        for lo in range(0, channels, chunk):
+            hi = min(channels, lo + chunk)
+            count = hi - lo
+            kernel = np.zeros((count, count) + weights.shape[1:], dtype=np.int64)
+            kernel[np.arange(count), np.arange(count)] = weights[lo:hi]
+            word = lo // self.config.bank_width
+            src, dst = (dataclasses.replace(t, base=t.base + word, channels=count) for t in (source, dest))
+            part = dataclasses.replace(rq, multiplier=multiplier[lo:hi].copy(), shift=shift[lo:hi].copy())
+            ops.append(self.gemm_op(f"{name}[{lo}:{hi}]" if chunked else name, kernel, bias_eff[lo:hi], part, zp_in,
+                                    stride, padding, src, dst, weight_bits, dest.pixels * count * weights[0].size))
+        return ops
 
     def gemm_op(self, name: str, kernel: np.ndarray, bias_eff: np.ndarray, rq, zp_in: int, stride, padding,
                 source: TensorPlacement, dest: TensorPlacement, weight_bits: int, macs: int) -> GemmOp:
