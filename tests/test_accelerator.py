@@ -139,6 +139,12 @@ PINNED_OP_CYCLES = {
     ("lenet", 4, 8): [22433, 1617, 49953, 274, 14033, 12633, 283],
     ("stem", 8, 8): [8229, 2321], ("stem", 4, 8): [14369, 2321],
     ("dwsep", 8, 8): [2341, 549], ("dwsep", 4, 8): [4641, 1057],
+    # MobileNetV1 0.25 (conv, then depthwise/pointwise pairs, average pooling, classifier)
+    # and its first four blocks on 3x32x32.
+    ("mobilenet", 8, 8): [9253, 20773, 4645, 20773, 4645, 82981, 9253, 20773, 4645, 82981, 9253, 20773, 4645,
+                          82981, 9253, 82981, 9253, 82981, 9253, 82981, 9253, 82981, 9253, 20773, 4645, 82981,
+                          9253, 9253, 69],
+    ("mobilenet4", 8, 8): [1061, 2341, 549, 2341, 549, 9253, 1061, 2341, 549, 1061, 45],
 }
 PINNED_TOLERANCE = 0.02
 
@@ -297,3 +303,35 @@ def test_mlperf_tiny_ds_cnn_matches_reference(simulate_case):
     assert [getattr(layer, "groups", 1) for layer in case.model.layers[:3]] == [1, 64, 1]
     report = simulate_case(case, "verilator", seed=1)
     check_phase_cycles(case, report)
+
+
+# MLPerf Tiny's visual wake words, MobileNetV1 at width 0.25 (3x96x96, 13 depthwise-separable
+# blocks, 7.5M MACs). Its depthwise layers run as dense convolutions of block-diagonal
+# weights, so they take 87% of its cycles (885,164) for 11% of its MACs.
+def mobilenet_groups(model):
+    return [getattr(layer, "groups", 1) for layer in model.layers]
+
+
+@pytest.mark.slow
+def test_mlperf_tiny_mobilenet_matches_reference(simulate_case):
+    """The whole model on the default array, exact, in its pinned cycles (about 90 s:
+    most of it Verilator compiling the 18.9 Mbit weight ROM)."""
+    case = random_case("mobilenet", AcceleratorConfig(), count=1, seed=1)
+    assert mobilenet_groups(case.model)[:4] == [1, 8, 1, 16] and case.model.output_shape == (2,)
+    report = simulate_case(case, "verilator", seed=1)
+    check_phase_cycles(case, report)
+    check_pinned_cycles(("mobilenet", 8, 8), report)
+
+
+def test_scaled_down_mobilenet_matches_reference(simulate_case):
+    """MobileNetV1's first four blocks on 3x32x32 (depthwise strides 1 and 2, depthwise
+    layers of one and of four channel tiles, global average pooling over 4x4), on the
+    default array: exact, in its pinned cycles."""
+    from pytorch_ref.zoo.models import mobilenet_v1
+    torch.manual_seed(6)
+    quantized = quantize_model(mobilenet_v1(blocks=4).eval(), torch.randn(64, 3, 32, 32), name="mobilenet4")
+    assert mobilenet_groups(quantized)[:9] == [1, 8, 1, 16, 1, 32, 1, 32, 1]
+    case = make_case(quantized, AcceleratorConfig(), torch.randn(1, 3, 32, 32))
+    report = simulate_case(case, "verilator", seed=6)
+    check_phase_cycles(case, report)
+    check_pinned_cycles(("mobilenet4", 8, 8), report)
