@@ -9,6 +9,11 @@
 5. A PNG chart of per-layer utilization against the tiling bound.
 6. The precision table: LeNet's accuracy and weight memory per weight-width policy
    (:mod:`sim.precision_table`).
+7. Each model of the zoo (:mod:`pytorch_ref.zoo.models`) on the default array: MACs,
+   cycles, utilization, tiling bound, latency at the default design's measured Fmax, and
+   PyTorch's batch-1 CPU latency of the same model, float and int8, with its layers
+   (depthwise ones marked). ``--models`` limits the models, ``--zoo-only`` runs this
+   section alone.
 
 Definitions (printed in the report):
 utilization = useful MACs / (rows x cols x cycles); tiling bound = the cycles a layer
@@ -29,6 +34,7 @@ from pathlib import Path
 import torch
 
 from hdl.config import AcceleratorConfig
+from pytorch_ref.zoo.models import BUILDERS, INPUT_SHAPES
 
 from sim.cases import random_case, trained_case
 from sim.precision_table import precision_table, print_precision_table
@@ -39,6 +45,8 @@ DEFINITIONS = ("utilization = useful MACs / (rows x cols x cycles); "
                "tiling bound = cycles if every tile of the array were busy every cycle, padding waste included; "
                "schedule efficiency = tiling bound / actual cycles")
 MODELS = ("lenet", "linear800", "linear")
+#: The design whose Fmax gives every zoo model's latency: ``make verilog``'s (LeNet on 8x8).
+DEFAULT_DESIGN = "8x8 accelerator (LeNet, default widths)"
 
 
 def _log(message: str):
@@ -71,14 +79,15 @@ def schedule_tables(arrays, batches, build_root: Path) -> list[dict]:
 
 
 def print_schedule(rows: list[dict]):
-    header = (f"{'model':<10} {'array':>6} {'batch':>5} {'layer':<14} {'MACs':>10} {'cycles':>10} "
+    """Per-layer rows; ``kind`` marks depthwise layers (see :func:`sim.report.op_kind`)."""
+    header = (f"{'model':<11} {'array':>6} {'batch':>5} {'layer':<20} {'kind':<9} {'MACs':>10} {'cycles':>10} "
               f"{'util.':>7} {'bound':>10} {'eff.':>6}")
     _log(header)
     for r in rows:
         eff = f"{r['efficiency']:.3f}" if r["efficiency"] is not None else "-"
         bound = str(r["tiling_bound"]) if r["tiling_bound"] else "-"
-        _log(f"{r['model']:<10} {r['rows']:>2}x{r['cols']:<3} {r['batch']:>5} {r['layer']:<14} {r['macs']:>10} "
-             f"{r['cycles']:>10.0f} {r['utilization']:>6.1%} {bound:>10} {eff:>6}")
+        _log(f"{r['model']:<11} {r['rows']:>2}x{r['cols']:<3} {r['batch']:>5} {r['layer']:<20} {r['kind']:<9} "
+             f"{r['macs']:>10} {r['cycles']:>10.0f} {r['utilization']:>6.1%} {bound:>10} {eff:>6}")
 
 
 def whole_model(rows: list[dict]) -> list[dict]:
@@ -125,17 +134,25 @@ def _median_seconds(model, x, repeats: int) -> float:
     return times[len(times) // 2]
 
 
+def _float_model(model_name: str):
+    """The zoo's float model: trained, or seeded (:func:`pytorch_ref.zoo.train.trained_model`)."""
+    from pytorch_ref.zoo.train import trained_model
+    return trained_model(model_name, log=lambda *a: None).eval()
+
+
+def _int8_model(model, model_name: str):
+    """``model`` quantized by torch.ao eager mode on fbgemm, calibrated on 256 training inputs."""
+    from pytorch_ref.frontends.torch_ao import torch_ao_quantize
+    from pytorch_ref.zoo.data import dataset
+    return torch_ao_quantize(model, dataset(model_name).x_train[:256], engine="fbgemm")
+
+
 def torch_cpu_latency(model_name: str, batches=(1, 16), repeats: int = 200) -> dict:
     """Median wall time of one inference call on this machine's CPU, in seconds, for the
     trained float model and its int8 version (torch.ao eager mode on fbgemm), per batch
     size: ``{("float" | "int8", batch): seconds}``."""
-    from pytorch_ref.frontends.torch_ao import torch_ao_quantize
-    from pytorch_ref.zoo.data import dataset
-    from pytorch_ref.zoo.models import INPUT_SHAPES
-    from pytorch_ref.zoo.train import trained_model
-    model = trained_model(model_name, log=lambda *a: None).eval()
-    calibration = dataset(model_name).x_train[:256]
-    int8 = torch_ao_quantize(model, calibration, engine="fbgemm")
+    model = _float_model(model_name)
+    int8 = _int8_model(model, model_name)
     out = {}
     for batch in batches:
         x = torch.randn((batch,) + INPUT_SHAPES[model_name])
@@ -144,24 +161,110 @@ def torch_cpu_latency(model_name: str, batches=(1, 16), repeats: int = 200) -> d
     return out
 
 
-def fpga_estimates(build_root: Path) -> list[dict]:
+def fpga_estimates(build_root: Path, default_only: bool = False) -> list[dict]:
+    """Yosys + nextpnr figures of the 8x8 accelerator for ``Linear(1000, 10)``, of
+    :data:`DEFAULT_DESIGN` and of the array alone; only of :data:`DEFAULT_DESIGN` with
+    ``default_only``."""
     from hdl.tools.fpga_estimate import estimate_ecp5
     from hdl.gateware.systolic_array import SystolicArray
     from hdl.gateware.top import NeuralNetworkAccelerator
-    out = []
-    case = random_case("linear", AcceleratorConfig(), count=1)
-    designs = [("8x8 accelerator (Linear(1000,10))", NeuralNetworkAccelerator(case.program),
+
+    def accelerator(case):
+        return lambda: NeuralNetworkAccelerator(case().program)
+
+    designs = [("8x8 accelerator (Linear(1000,10))",
+                accelerator(lambda: random_case("linear", AcceleratorConfig(), count=1)),
                 "neural_network_accelerator"),
-               ("8x8 accelerator (LeNet, default widths)",
-                NeuralNetworkAccelerator(trained_case("lenet", AcceleratorConfig(), count=1,
-                                                      log=lambda *a: None).program),
+               (DEFAULT_DESIGN,
+                accelerator(lambda: trained_case("lenet", AcceleratorConfig(), count=1, log=lambda *a: None)),
                 "neural_network_accelerator_lenet"),
-               ("8x8 systolic array alone", SystolicArray(8, 8), "systolic_array")]
+               ("8x8 systolic array alone", lambda: SystolicArray(8, 8), "systolic_array")]
+    out = []
     for label, design, name in designs:
+        if default_only and label != DEFAULT_DESIGN:
+            continue
         _log(f"[fpga] {label}: Yosys synth_ecp5 + nextpnr-ecp5 (minutes)")
-        result = estimate_ecp5(design, name=name, work_dir=build_root / f"fpga_{name}")
+        result = estimate_ecp5(design(), name=name, work_dir=build_root / f"fpga_{name}")
         out.append({"design": label, **result})
     return out
+
+
+def torch_cpu_batch1(model_name: str, repeats: int = 200) -> dict:
+    """PyTorch's batch-1 latency of a zoo model on this CPU (median seconds): ``float`` and
+    ``int8`` (torch.ao eager mode on fbgemm), or ``int8`` None and ``int8_error`` the
+    reason where PyTorch cannot quantize or run the model."""
+    x = torch.randn((1,) + INPUT_SHAPES[model_name])
+    model = _float_model(model_name)
+    out = {"float": _median_seconds(model, x, repeats), "int8": None, "int8_error": None}
+    try:
+        out["int8"] = _median_seconds(_int8_model(model, model_name), x, repeats)
+    except (RuntimeError, AssertionError, TypeError, ValueError) as failure:   # NotImplementedError too
+        first_sentence = str(failure).splitlines()[0].split(". ")[0] if str(failure) else ""
+        out["int8_error"] = f"{type(failure).__name__}: {first_sentence}"
+    return out
+
+
+def zoo_model_run(name: str, build_root: Path) -> tuple[dict, list[dict]]:
+    """One inference of the zoo model ``name`` (the weights ``make sim`` uses) on the default
+    array, on Verilator without stalls: the totals from the hardware counters, and the
+    per-layer rows (:func:`sim.report.layer_table`)."""
+    config = AcceleratorConfig()
+    case = trained_case(name, config, count=1, log=lambda *a: None)
+    report = simulate(case.program, case.inputs, case.expected, simulator="verilator",
+                      build_dir=build_root / f"zoo_{name}", gap_probability=0.0, stall_probability=0.0)
+    if not report.all_match:
+        raise RuntimeError(f"{name} on {config.rows}x{config.cols}: outputs differ from the reference")
+    layers = [{"model": name, "rows": config.rows, "cols": config.cols, "batch": 1, **row}
+              for row in layer_table(case, report)]
+    cycles = report.results[0]["cycles"]
+    macs = sum(r["macs"] for r in layers)
+    bound = sum(r["tiling_bound"] for r in layers)
+    total = {"model": name, "rows": config.rows, "cols": config.cols, "macs": macs, "cycles": cycles,
+             "utilization": macs / (config.pes * cycles), "tiling_bound": bound, "efficiency": bound / cycles,
+             "depthwise_cycles": sum(r["cycles"] for r in layers if r["kind"] == "depthwise"),
+             "build_seconds": report.build_seconds, "sim_seconds": report.wall_seconds}
+    return total, layers
+
+
+def zoo_models(names, build_root: Path, fmax_mhz: float | None, repeats: int = 200) -> tuple[list[dict], list[dict]]:
+    """:func:`zoo_model_run` and :func:`torch_cpu_batch1` of each model of ``names``, with
+    the latency at ``fmax_mhz`` (None: no latency)."""
+    totals, layers = [], []
+    for index, name in enumerate(names, 1):
+        _log(f"[zoo {index}/{len(names)}] {name} on the default array, Verilator; PyTorch CPU latency")
+        total, rows = zoo_model_run(name, build_root)
+        cpu = torch_cpu_batch1(name, repeats)
+        total.update(latency_seconds=total["cycles"] / (fmax_mhz * 1e6) if fmax_mhz else None,
+                     torch_float_seconds=cpu["float"], torch_int8_seconds=cpu["int8"], torch_int8_error=cpu["int8_error"])
+        totals.append(total)
+        layers += rows
+    return totals, layers
+
+
+def _microseconds(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:.1f}"
+
+
+def print_zoo(totals: list[dict], layers: list[dict], fmax_mhz: float | None, fmax_source: str):
+    """The per-model table, the reasons for any missing int8 figure, and the layers."""
+    _log(f"latency = cycles / Fmax, at {fmax_source}" if fmax_mhz else f"latency: - ({fmax_source})")
+    _log(f"PyTorch on this CPU ({torch.get_num_threads()} threads), batch 1, median: float, and int8 by torch.ao "
+         f"eager mode (fbgemm); simulation: Verilator, no stalls, hardware counters")
+    _log(f"{'model':<11} {'array':>6} {'MACs':>10} {'cycles':>10} {'util.':>7} {'bound':>10} {'eff.':>6} "
+         f"{'dw cycles':>9} {'latency us':>11} {'CPU float us':>13} {'CPU int8 us':>12} {'sim s':>6}")
+    for t in totals:
+        _log(f"{t['model']:<11} {t['rows']:>2}x{t['cols']:<3} {t['macs']:>10} {t['cycles']:>10} "
+             f"{t['utilization']:>6.1%} {t['tiling_bound']:>10} {t['efficiency']:>6.3f} "
+             f"{t['depthwise_cycles'] / t['cycles']:>8.1%} {_microseconds(t['latency_seconds']):>11} "
+             f"{_microseconds(t['torch_float_seconds']):>13} {_microseconds(t['torch_int8_seconds']):>12} "
+             f"{t['build_seconds'] + t['sim_seconds']:>6.1f}")
+    for t in totals:
+        if t["torch_int8_error"]:
+            _log(f"{t['model']}: no int8 CPU figure, torch.ao: {t['torch_int8_error']}")
+    _log("dw cycles: share of the cycles in depthwise layers; sim s: HDL generation, build and simulation")
+    _log("\nper layer (kind: conv, depthwise, grouped, dense, maxpool, io; average pooling runs as a depthwise "
+         "convolution under its own name)")
+    print_schedule(layers)
 
 
 def summary_rows(totals: list[dict], fpga: list[dict], cpu: dict) -> list[tuple[str, str]]:
@@ -218,6 +321,45 @@ def chart(rows: list[dict], path: Path, rows_cols=(8, 8), batch=1):
     plt.close(fig)
 
 
+def zoo_fmax(fpga: list[dict], given: float | None) -> tuple[float | None, str]:
+    """The clock of the zoo's latencies, and where it comes from: ``given`` (``--fmax-mhz``),
+    else the Fmax measured in this run on :data:`DEFAULT_DESIGN`, else none."""
+    if given:
+        return given, f"{given:.1f} MHz, given with --fmax-mhz"
+    measured = next((f for f in fpga if f["design"] == DEFAULT_DESIGN), None)
+    if measured:
+        return measured["fmax_mhz"], (f"{measured['fmax_mhz']:.1f} MHz, the Fmax measured in this run on "
+                                      f"{DEFAULT_DESIGN} (ECP5-85F, Yosys + nextpnr); the other models' "
+                                      f"designs were not placed")
+    return None, "no Fmax: --skip-fpga without --fmax-mhz"
+
+
+def zoo_section(names, fpga: list[dict], args, build_root: Path) -> dict:
+    """Section 7's figures (:func:`print_zoo_section` prints them)."""
+    fmax, source = zoo_fmax(fpga, args.fmax_mhz)
+    totals, layers = zoo_models(names, build_root, fmax, args.cpu_repeats)
+    return {"fmax_mhz": fmax, "fmax_source": source, "models": totals, "layers": layers}
+
+
+def print_zoo_section(zoo: dict):
+    _log("\n== each zoo model on the default array, batch 1 ==")
+    print_zoo(zoo["models"], zoo["layers"], zoo["fmax_mhz"], zoo["fmax_source"])
+
+
+def _zoo_names(parser, text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BUILDERS]
+    if unknown or not names:
+        parser.error(f"models must be names of the zoo ({', '.join(BUILDERS)}) separated by commas, not {text!r}")
+    return names
+
+
+def _write_results(out_dir: Path, results: dict):
+    tmp = out_dir / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1, default=float))
+    tmp.replace(out_dir / "results.json")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--arrays", default="8x8,12x12,16x16")
@@ -226,7 +368,19 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-fpga", action="store_true")
     parser.add_argument("--speed-inputs", type=int, default=1)
     parser.add_argument("--skip-precision", action="store_true", help="leave out the precision table")
+    parser.add_argument("--models", default=",".join(BUILDERS),
+                        help="zoo models of the per-model section, e.g. lenet,dscnn (default: all)")
+    parser.add_argument("--zoo-only", action="store_true",
+                        help="only the per-model section (and the default design's Fmax unless --skip-fpga)")
+    parser.add_argument("--fmax-mhz", type=float, default=None,
+                        help="clock of the per-model latencies instead of the default design's measured Fmax")
+    parser.add_argument("--cpu-repeats", type=int, default=200, help="PyTorch calls timed per model")
     args = parser.parse_args(argv)
+    names = _zoo_names(parser, args.models)
+    if args.fmax_mhz is not None and not args.fmax_mhz > 0:
+        parser.error(f"fmax-mhz must be positive, not {args.fmax_mhz!r}")
+    if args.cpu_repeats < 1:
+        parser.error(f"cpu-repeats must be a positive integer, not {args.cpu_repeats!r}")
     try:
         arrays = [tuple(int(v) for v in a.split("x")) for a in args.arrays.split(",")]
         batches = [int(b) for b in args.batches.split(",")]
@@ -239,6 +393,14 @@ def main(argv=None) -> int:
     command = "python -m sim.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     _log(f"make bench: {command.strip()}\ndate {started:%Y-%m-%d %H:%M UTC}, host {platform.node()}, "
          f"{platform.processor() or platform.machine()}\n{DEFINITIONS}\n")
+    results = {"command": command, "date": started.isoformat(), "definitions": DEFINITIONS}
+    if args.zoo_only:
+        fpga = [] if args.skip_fpga or args.fmax_mhz else fpga_estimates(build_root, default_only=True)
+        zoo = zoo_section(names, fpga, args, build_root)
+        print_zoo_section(zoo)
+        _write_results(out_dir, {**results, "fpga": fpga, "zoo": zoo})
+        _log(f"\nwrote {out_dir / 'results.json'}")
+        return 0
 
     schedule = schedule_tables(arrays, batches, build_root)
     totals = whole_model(schedule)
@@ -247,6 +409,7 @@ def main(argv=None) -> int:
     cpu = torch_cpu_latency("lenet")
     cpu_latency = cpu["float", 1]
     precision = [] if args.skip_precision else precision_table(log=_log)
+    zoo = zoo_section(names, fpga, args, build_root)
 
     _log("\n== per layer ==")
     print_schedule(schedule)
@@ -283,17 +446,14 @@ def main(argv=None) -> int:
     if precision:
         _log("\n== precision: LeNet held-out accuracy (integer reference) and 8x8 weight memory ==")
         print_precision_table(precision, log=_log)
+    print_zoo_section(zoo)
     _log("\n== summary (this run) ==")
     for label, value in summary_rows(totals, fpga, cpu):
         _log(f"{label:<58} {value}")
     chart_path = out_dir / "utilization.png"
     chart(schedule, chart_path)
-    results = {"command": command, "date": started.isoformat(), "definitions": DEFINITIONS,
-               "schedule": schedule, "totals": totals, "simulators": speeds, "fpga": fpga,
-               "latency": latency, "precision": precision}
-    tmp = out_dir / "results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=1, default=float))
-    tmp.replace(out_dir / "results.json")
+    _write_results(out_dir, {**results, "schedule": schedule, "totals": totals, "simulators": speeds, "fpga": fpga,
+                             "latency": latency, "precision": precision, "zoo": zoo})
     _log(f"\nwrote {out_dir / 'results.json'} and {chart_path}")
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.compiler.program import GemmOp
+from pytorch_ref.ir.quantized_model import AddLayer, DenseLayer
 
 from sim.cases import Case
 from sim.runner import SimulationReport
@@ -15,19 +16,40 @@ def tiling_bound(op) -> int:
     return op.steps if isinstance(op, GemmOp) else 0
 
 
+def op_kind(op, layers: dict) -> str:
+    """What a phase of the inference runs: ``"conv"``, ``"depthwise"`` (a convolution of one
+    input channel a group; average pooling is lowered to one, under its own layer name),
+    ``"grouped"``, ``"dense"``, ``"add"``, ``"maxpool"``, or ``"io"`` (input load and
+    output) for ``op`` None. ``layers`` maps the model's layer names to its layers; an op
+    of a chunk of a layer's channels is named ``layer[first:end]``."""
+    if op is None:
+        return "io"
+    if not isinstance(op, GemmOp):
+        return "maxpool"
+    layer = layers[op.name.split("[")[0] if op.name.endswith("]") else op.name]
+    if isinstance(layer, AddLayer):
+        return "add"
+    if isinstance(layer, DenseLayer):
+        return "dense"
+    if layer.groups == 1:
+        return "conv"
+    return "depthwise" if layer.weight.shape[1] == 1 else "grouped"
+
+
 def layer_table(case: Case, report: SimulationReport) -> list[dict]:
-    """Per phase of the inference: MACs, measured cycles (mean over inputs), utilization,
-    tiling bound and schedule efficiency."""
+    """Per phase of the inference: its kind (:func:`op_kind`), MACs, measured cycles (mean
+    over inputs), utilization, tiling bound and schedule efficiency."""
     program = case.program
     pes = program.config.pes
     phases = np.array([r["phases"] for r in report.results], dtype=float).mean(axis=0)
+    layers = {layer.name: layer for layer in case.model.layers}
     rows = []
     names = [op.name for op in program.ops] + ["(input load)", "(output)"]
     ops = list(program.ops) + [None, None]
     for name, op, (cycles, busy) in zip(names, ops, phases):
         macs = op.macs if isinstance(op, GemmOp) else 0
         bound = tiling_bound(op)
-        rows.append({"layer": name, "kind": type(op).__name__ if op else "io", "macs": macs,
+        rows.append({"layer": name, "kind": op_kind(op, layers), "macs": macs,
                      "weight_bits": op.weight_bits if isinstance(op, GemmOp) else None,
                      "cycles": cycles, "busy": busy, "utilization": macs / (pes * cycles) if cycles else 0.0,
                      "tiling_bound": bound, "efficiency": bound / cycles if bound and cycles else None})

@@ -30,6 +30,20 @@ def test_dataset_shapes(name):
     assert (split.y_test is None) == (name not in ("mlp", "lenet"))
 
 
+def test_mobilenet_v1_is_mlperf_tinys_visual_wake_words_shape():
+    """Width 0.25: 8 channels after the stem, 256 at the end; MobileNetV1's depthwise strides."""
+    model = models.build("mobilenet")
+    convs = [m for m in model if isinstance(m, torch.nn.Conv2d)]
+    depthwise = [c for c in convs if c.groups > 1]
+    assert [c.out_channels for c in convs if c.groups == 1] == [8, 16, 32, 32, 64, 64] + [128] * 6 + [256, 256]
+    assert [c.stride[0] for c in depthwise] == [1, 2, 1, 2, 1, 2, 1, 1, 1, 1, 1, 2, 1]
+    assert all(c.groups == c.in_channels == c.out_channels for c in depthwise)
+    with torch.no_grad():
+        assert model(torch.zeros(1, *models.INPUT_SHAPES["mobilenet"])).shape == (1, 2)
+    with pytest.raises(ValueError, match=r"^blocks must be between 1 and 13, not 0$"):
+        models.mobilenet_v1(blocks=0)
+
+
 def test_checkpoint_key_follows_hyperparameters(monkeypatch):
     path = train.checkpoint_path("mlp")
     assert path == train.checkpoint_path("mlp") and path.parent == train.CHECKPOINT_DIR
@@ -67,6 +81,11 @@ def test_blocks_have_real_batchnorm_statistics():
         assert not torch.allclose(bn.weight, torch.ones_like(bn.weight))
 
 
+#: Mean error bound (output codes) of a deep model: MobileNetV1's 29 requantized layers in a row
+#: add their rounding errors (measured on its held-out inputs: mean 1.40, max 2.58 codes).
+DEEP_MEAN_ERROR = {"mobilenet": 2.0}
+
+
 @pytest.mark.parametrize("name", sorted(models.BUILDERS))
 def test_quantize_trained_api(name):
     """At 8-bit weights, the error bound of int8 (the default widths have their own test)."""
@@ -76,7 +95,7 @@ def test_quantize_trained_api(name):
     assert compiled.x_codes.shape == compiled.x_test.shape
     assert tuple(compiled.x_codes.shape[1:]) == compiled.quantized.input_shape
     report = train.accuracy_report(name, compiled)
-    assert report["mean_error"] < 1.0 and report["max_error"] < 8       # in output codes
+    assert report["mean_error"] < DEEP_MEAN_ERROR.get(name, 1.0) and report["max_error"] < 8       # in output codes
 
 
 @pytest.mark.parametrize("name, float_floor", [("mlp", 0.95), ("lenet", 0.97)])

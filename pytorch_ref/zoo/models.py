@@ -15,6 +15,7 @@ INPUT_SHAPES = {
     "dscnn": (1, 49, 10),
     "autoencoder": (640,),
     "resnet8": (3, 32, 32),
+    "mobilenet": (3, 96, 96),
 }
 
 
@@ -140,6 +141,31 @@ def resnet8() -> nn.Module:
     return _randomise_batchnorm(ResNet8())
 
 
+#: MobileNetV1's depthwise-separable blocks at width 1: (pointwise output channels, depthwise stride).
+MOBILENET_V1_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
+                       (512, 1), (512, 1), (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1))
+
+
+def mobilenet_v1(width: float = 0.25, classes: int = 2, blocks: int = len(MOBILENET_V1_BLOCKS)) -> nn.Sequential:
+    """MLPerf Tiny visual wake words, MobileNetV1 at ``width`` (0.25: 8 to 256 channels) on a
+    3x96x96 image: a 3x3 stride-2 convolution, the first ``blocks`` of MobileNetV1's 13
+    depthwise-separable blocks (depthwise 3x3 and pointwise 1x1, each with BatchNorm and
+    ReLU), global average pooling and a ``classes``-way classifier. Fewer ``blocks`` give
+    the scaled-down variants the fast tests run."""
+    if not 1 <= blocks <= len(MOBILENET_V1_BLOCKS):
+        raise ValueError(f"blocks must be between 1 and {len(MOBILENET_V1_BLOCKS)}, not {blocks!r}")
+    channels = int(32 * width)
+    layers = [nn.Conv2d(3, channels, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU()]
+    for out_channels, stride in MOBILENET_V1_BLOCKS[:blocks]:
+        out_channels = int(out_channels * width)
+        layers += [nn.Conv2d(channels, channels, 3, stride=stride, padding=1, groups=channels, bias=False),
+                   nn.BatchNorm2d(channels), nn.ReLU(),
+                   nn.Conv2d(channels, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU()]
+        channels = out_channels
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, classes)]
+    return _randomise_batchnorm(nn.Sequential(*layers))
+
+
 def _randomise_batchnorm(model: nn.Module) -> nn.Module:
     """Seeded running statistics and affine parameters, so that folding has work to do."""
     for m in model.modules():
@@ -162,6 +188,7 @@ BUILDERS = {
     "dscnn": ds_cnn,
     "autoencoder": fc_autoencoder,
     "resnet8": resnet8,
+    "mobilenet": mobilenet_v1,
 }
 
 
