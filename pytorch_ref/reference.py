@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from pytorch_ref.ir import integer_semantics as sem
-from pytorch_ref.ir.quantized_model import (AddLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+from pytorch_ref.ir.quantized_model import (AddLayer, ConcatLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                                             QuantizedModel)
 
 _FLOAT64_EXACT = 2 ** 53
@@ -39,8 +39,8 @@ def _accumulate(layer, x: torch.Tensor) -> torch.Tensor:
     return acc.round().to(torch.int64)
 
 
-def _requantize(layer, acc: torch.Tensor) -> torch.Tensor:
-    rq = layer.requant
+def _requantize(layer, acc: torch.Tensor, rq=None) -> torch.Tensor:
+    rq = rq or layer.requant
     shape = (1, -1) + (1,) * (acc.dim() - 2)
     multiplier = torch.as_tensor(rq.multiplier, device=acc.device).view(shape)
     shift = torch.as_tensor(rq.shift, device=acc.device).view(shape)
@@ -54,10 +54,19 @@ def _add(layer: AddLayer, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return _requantize(layer, acc)
 
 
+def _concat(layer: ConcatLayer, tensors) -> torch.Tensor:
+    """Each input requantized to the output's scale, then joined along dimension 1."""
+    return torch.cat([_requantize(layer, x.to(torch.int64) - q.zero_point, rq)
+                      for x, q, rq in zip(tensors, layer.input_quants, layer.requants)], dim=1)
+
+
 def run_layer(layer, x: torch.Tensor, *more: torch.Tensor) -> torch.Tensor:
-    """One layer on a batch of int8 codes (two batches for an add); returns int8 codes."""
+    """One layer on a batch of int8 codes (more batches for an add or a concatenation);
+    returns int8 codes."""
     if isinstance(layer, AddLayer):
         return _add(layer, x, *more)
+    if isinstance(layer, ConcatLayer):
+        return _concat(layer, (x,) + more)
     if isinstance(layer, (DenseLayer, Conv2dLayer)):
         return _requantize(layer, _accumulate(layer, x))
     if isinstance(layer, MaxPool2dLayer):

@@ -15,7 +15,7 @@ from torch import nn
 
 from pytorch_ref.frontends.float_model import quantize_model
 from pytorch_ref.ir import serialize
-from pytorch_ref.ir.quantized_model import (AddLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+from pytorch_ref.ir.quantized_model import (AddLayer, ConcatLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                                             QuantizedModel)
 from pytorch_ref.ir.serialize import load_model, save_model
 from pytorch_ref.reference import run_integer_reference
@@ -66,7 +66,13 @@ def residual() -> QuantizedModel:
     return quantize_model(model.eval(), torch.randn(32, 2, 4, 4), name="residual")
 
 
-@pytest.mark.parametrize("make", [tiny_dense, small_cnn, residual])
+def joined() -> QuantizedModel:
+    """A graph with a concatenation of two convolutions."""
+    from test_concat import quantized_inception
+    return quantized_inception()
+
+
+@pytest.mark.parametrize("make", [tiny_dense, small_cnn, residual, joined])
 def test_round_trip_is_exact(make, tmp_path):
     model = make()
     path = tmp_path / "model.npz"
@@ -79,8 +85,8 @@ def test_round_trip_is_exact(make, tmp_path):
 
 
 def test_round_trip_covers_every_layer_type():
-    types = {type(layer) for layer in small_cnn().layers + residual().layers}
-    assert types == {Conv2dLayer, MaxPool2dLayer, FlattenLayer, DenseLayer, AddLayer}
+    types = {type(layer) for layer in small_cnn().layers + residual().layers + joined().layers}
+    assert types == {Conv2dLayer, MaxPool2dLayer, FlattenLayer, DenseLayer, AddLayer, ConcatLayer}
     assert residual().inputs is not None
 
 

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pytorch_ref.ir.quantized_model import (AddLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+from pytorch_ref.ir.quantized_model import (AddLayer, ConcatLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                                             QuantizedModel)
 
 from hdl.compiler import weight_packing
@@ -302,6 +302,7 @@ class _Lowering:
         self.model, self.config, self.batch = model, config, batch
         self.ops = []
         self.words, self.params = [], []
+        self.inside: dict[int, tuple[int, int]] = {}        # see written_in_place
         only_reader = [index for index, reads in enumerate(model.layer_inputs) if 0 in reads] == [0]
         self.stacking = (self.row_stacking(model.layers[0], model.shapes[0])
                          if stack_input_rows and only_reader else None)
@@ -329,6 +330,8 @@ class _Lowering:
                 self.ops.append(self.pool(layer, sources[0], dest))
             elif isinstance(layer, AddLayer):
                 self.ops.extend(self.add(layer, *sources, dest))
+            elif isinstance(layer, ConcatLayer):
+                self.ops.extend(self.concat(layer, reads[index], sources, dest))
             elif self.is_depthwise(layer) and self.chunks_channels(layer.out_features):
                 self.ops.extend(self.depthwise(layer, sources[0], dest))
             elif isinstance(layer, (DenseLayer, Conv2dLayer)):
@@ -376,10 +379,13 @@ class _Lowering:
                     for n, t in enumerate(stored)}
         end = len(layers)
         output = self.stored(end)
-        lifetime = {t: (t - 1, end if t == output else max(self.consumers(t))) for t in stored}
+        inside = self.inside = self.written_in_place()
+        lifetime = {t: (t - 1, end if t == output else max(self.consumers(t))) for t in stored if t not in inside}
+        for t, (joined, _) in inside.items():              # the joined tensor is born with its first part
+            lifetime[joined] = (min(lifetime[joined][0], t - 1), lifetime[joined][1])
         taken: list[tuple[int, int, int, int]] = []             # (first word, end word, born, dies)
         placed = {}
-        for t in stored:
+        for t in lifetime:
             placement, words = regions[t]
             born, dies = lifetime[t]
             align = 1 if placement.packed_lanes else placement.words_per_pixel
@@ -392,7 +398,32 @@ class _Lowering:
                 start = _ceil_div(last, align) * align
             taken.append((start, start + words, born, dies))
             placed[t] = dataclasses.replace(placement, base=placement.base + start)
+        for t, (joined, offset) in inside.items():
+            placed[t] = self.channel_view(placed[joined], offset, self.model.shapes[t][0])
         return placed
+
+    def channel_view(self, tensor: TensorPlacement, offset: int, channels: int) -> TensorPlacement:
+        """Channels ``offset`` to ``offset + channels`` of an unpacked ``tensor`` (``offset``
+        a multiple of the bank width): its pixel stride, from the word of ``offset`` on."""
+        return dataclasses.replace(tensor, base=tensor.base + offset // self.config.bank_width, channels=channels)
+
+    def written_in_place(self) -> dict[int, tuple[int, int]]:
+        """``{tensor: (joined tensor, channel offset)}`` for each input of a concatenation
+        that its producer writes straight into its channels of the joined tensor: a Conv2d,
+        Linear or add read by that concatenation alone, at its scale and zero point, whose
+        channels start a word. The concatenation copies its other inputs."""
+        inside = {}
+        for index, (layer, reads) in enumerate(zip(self.model.layers, self.model.layer_inputs)):
+            if not isinstance(layer, ConcatLayer):
+                continue
+            offsets = np.cumsum([0] + [self.model.shapes[t][0] for t in reads[:-1]])
+            for t, q, offset in zip(reads, layer.input_quants, offsets):
+                producer = self.model.layers[t - 1] if t else None
+                if (isinstance(producer, (Conv2dLayer, DenseLayer, AddLayer)) and self.consumers(t) == [index]
+                        and reads.count(t) == 1 and q == layer.output_quant
+                        and offset % self.config.bank_width == 0):
+                    inside[t] = (index + 1, int(offset))
+        return inside
 
     def region(self, t: int) -> tuple[TensorPlacement, int]:
         """Tensor ``t`` placed from word 0, and the words its region takes. It is packed
@@ -521,6 +552,32 @@ class _Lowering:
         row = dataclasses.replace(dest, height=1, width=dest.pixels, images=1)
         return self.channelwise(layer.name, weights, bias, layer.requant, q_low.zero_point, (1, 1), (0, 0), view,
                                 row, sem.WEIGHT_BITS)
+
+    def concat(self, layer: ConcatLayer, reads, sources: list[TensorPlacement], dest: TensorPlacement) -> list[GemmOp]:
+        """The copies of a concatenation: each input its producer did not write in place
+        (see :meth:`written_in_place`) is requantized into its channels by a channel-wise
+        op of unit weights."""
+        bank, inside = self.config.bank_width, self.inside
+        if any(self.stored(t) != t for t in reads):
+            raise ValueError(f"{layer.name}: joins a flattened tensor, which is not supported; join before "
+                             f"flattening")
+        offsets = np.cumsum([0] + [source.channels for source in sources[:-1]])
+        if any(offset % bank for offset in offsets):
+            raise ValueError(f"{layer.name}: joins tensors of {', '.join(str(s.channels) for s in sources)} "
+                             f"channels; on a {self.config.rows}x{self.config.cols} array every input but the "
+                             f"last needs a multiple of {bank} channels (each input's channels start a word of "
+                             f"the activation memory)")
+        ops = []
+        for number, (t, source, q, rq, offset) in enumerate(zip(reads, sources, layer.input_quants, layer.requants,
+                                                                offsets)):
+            if t in inside:
+                continue
+            channels = source.channels
+            weights = np.ones((channels, 1, 1), dtype=np.int64)
+            bias = np.full(channels, -q.zero_point, dtype=np.int64)
+            ops += self.channelwise(f"{layer.name}.{number}", weights, bias, rq, q.zero_point, (1, 1), (0, 0),
+                                    source, self.channel_view(dest, int(offset), channels), sem.WEIGHT_BITS)
+        return ops
 
     def depthwise(self, layer: Conv2dLayer, source: TensorPlacement, dest: TensorPlacement) -> list[GemmOp]:
         """A depthwise convolution (one filter per channel), in chunks of channels."""

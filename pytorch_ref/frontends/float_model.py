@@ -2,8 +2,9 @@
 
 :func:`quantize_model` compiles in five passes:
 
-1. trace the model with ``torch.fx`` and walk it as a chain (:mod:`pytorch_ref.frontends.graph`),
-   one handler per layer type turning each node into a neutral float op;
+1. trace the model with ``torch.fx`` and walk its graph (:mod:`pytorch_ref.frontends.graph`),
+   one handler per layer type turning each node into a neutral float op that names the
+   ops it reads;
 2. fuse: fold each BatchNorm2d into the Conv2d before it (eval-mode running
    statistics), and fuse each ReLU, ReLU6 and Hardtanh into the clamp of the
    Conv2d/Linear before it (through MaxPool2d and Flatten, which commute with a clamp);
@@ -23,7 +24,11 @@ a Conv2d), Flatten, Dropout and Identity (no-ops in eval mode), and the function
 methods ``torch.relu``, ``F.relu``, ``F.relu6``, ``F.hardtanh``, ``F.max_pool2d``,
 ``F.avg_pool2d``, ``F.adaptive_avg_pool2d``, ``x.mean((2, 3))``,
 ``torch.flatten``, ``x.flatten(1)``,
-``x.view(x.size(0), -1)`` and ``x.reshape(...)`` of the same form.
+``x.view(x.size(0), -1)`` and ``x.reshape(...)`` of the same form; and graphs: the sum
+of two tensors (``x + y``, ``torch.add``, ``x.add(y)``; a residual connection) and
+``torch.cat``/``torch.concat`` along channels. A Conv2d, Linear or add that only a
+concatenation reads takes the concatenation's scale and zero point (so that the hardware
+writes it in place).
 """
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ from torch.ao.quantization.observer import MinMaxObserver, ObserverBase
 from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.frontends.graph import Registry, Step, flatten_spec, pair, trace, walk
 from pytorch_ref.frontends.precision import WeightBitsSpec, resolve_weight_bits
-from pytorch_ref.frontends.quantize import make_add, make_requantization, quantize_bias, quantize_weight
+from pytorch_ref.frontends.quantize import make_add, make_concat, make_requantization, quantize_bias, quantize_weight
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer, QuantizedModel,
                               QuantParams)
 
@@ -213,6 +218,30 @@ class AddOp(_Clamped):
 
 
 @dataclass
+class ConcatOp:
+    """Tensors joined along channels (``torch.cat(..., dim=1)``); lowered to a
+    :class:`~pytorch_ref.ir.quantized_model.ConcatLayer`."""
+    name: str
+    where: str
+    dim: int
+    tensors: tuple = ()                 # the fx nodes joined, in order (a node may repeat)
+    #: The ops whose outputs it reads: indices into the op list, -1 for the model's input.
+    inputs: tuple[int, ...] = ()
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return torch.cat(tensors, dim=1)
+
+    def output_shape(self, *shapes):
+        if self.dim % (len(shapes[0]) + 1) != 1:
+            raise ValueError(f"{self.where}: only a concatenation along channels (dim 1) is supported, "
+                             f"not dim {self.dim}")
+        if len({tuple(shape[1:]) for shape in shapes}) != 1 or len({len(shape) for shape in shapes}) != 1:
+            raise ValueError(f"{self.where}: joins tensors of shapes {', '.join(str(tuple(s)) for s in shapes)}; "
+                             f"all but the channels must agree")
+        return (sum(shape[0] for shape in shapes),) + tuple(shapes[0][1:])
+
+
+@dataclass
 class BatchNormOp:
     """Folded into the Conv2d (BatchNorm2d) or Linear (BatchNorm1d) before it by :func:`_fuse`;
     never lowered."""
@@ -231,7 +260,7 @@ class ClampOp:
     high: float | None = None
 
 
-FloatOp = WeightedOp | MaxPoolOp | AvgPoolOp | FlattenOp | AddOp
+FloatOp = WeightedOp | MaxPoolOp | AvgPoolOp | FlattenOp | AddOp | ConcatOp
 
 
 def _window_output(shape, kernel, stride, padding, what, where) -> tuple[int, int]:
@@ -451,6 +480,22 @@ def _add(step: Step):
     return AddOp(_name(step), step.where)
 
 
+def _cat_signature(tensors, dim=0, *, out=None):
+    return tensors, dim, out
+
+
+@REGISTRY.function(torch.cat, torch.concat, torch.concatenate)
+def _concat(step: Step):
+    tensors, dim, out = _cat_signature(*step.node.args, **step.node.kwargs)
+    if out is not None:
+        raise ValueError(f"{step.where}: out= is not supported")
+    if not isinstance(tensors, (tuple, list)) or len(tensors) < 2 or not all(isinstance(t, fx.Node) for t in tensors):
+        raise ValueError(f"{step.where}: only a concatenation of two or more tensors is supported, not {tensors!r}")
+    if not isinstance(dim, int):
+        raise ValueError(f"{step.where}: the dimension must be an int, not {dim!r}")
+    return ConcatOp(_name(step), step.where, dim, tuple(tensors))
+
+
 @REGISTRY.module(nn.Identity, nn.Dropout)
 def _no_op(step: Step):
     return None
@@ -552,11 +597,11 @@ def float_ops(model: nn.Module) -> list[FloatOp]:
     ops, sources = [], []
     for step in steps:
         op = step.handler(step)
-        reads = tuple(value[n] for n in step.reads)
+        reads = tuple(value[n] for n in (op.tensors if isinstance(op, ConcatOp) else step.reads))
         if op is None:                          # Identity, Dropout: the value passes through
             value[step.node] = reads[0]
             continue
-        arity = 2 if isinstance(op, AddOp) else 1
+        arity = 2 if isinstance(op, AddOp) else len(reads) if isinstance(op, ConcatOp) else 1
         if len(reads) != arity:
             raise TypeError(f"{step.where} reads {len(reads)} tensors, not {arity}")
         value[step.node] = len(ops)
@@ -637,7 +682,7 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
                 if tensor is not None and not torch.isfinite(tensor).all():
                     raise ValueError(f"{op.name}: its {what} not finite (NaN or inf)")
     input_observer = observer()
-    observers = {id(op): observer() for op in ops if isinstance(op, (WeightedOp, AddOp))}
+    observers = {id(op): observer() for op in ops if isinstance(op, (WeightedOp, AddOp, ConcatOp))}
     seen = 0
     for batch in _batches(calibration, batch_size):
         if tuple(batch.shape[1:]) != input_shape:
@@ -670,14 +715,18 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
         inputs.append(reads)
         return len(layers)
 
+    shared = _shared_quantization(ops)
     for index, op in enumerate(ops):
         reads = tuple(tensor[j] for j in op.inputs)
         current = quant[op.inputs[0]]
         if isinstance(op, WeightedOp):
-            quant[index] = _quant_params(observers[id(op)])
+            quant[index] = _quant_params(observers[id(ops[shared.get(index, index)])])
             tensor[index] = emit(_lower_weighted(op, current, quant[index], bits[op.name]), reads)
-        elif isinstance(op, AddOp):
+        elif isinstance(op, ConcatOp):
             quant[index] = _quant_params(observers[id(op)])
+            tensor[index] = emit(make_concat(op.name, [quant[j] for j in op.inputs], quant[index]), reads)
+        elif isinstance(op, AddOp):
+            quant[index] = _quant_params(observers[id(ops[shared.get(index, index)])])
             tensor[index] = emit(make_add(op.name, current, quant[op.inputs[1]], quant[index], op.low, op.high),
                                  reads)
         else:
@@ -695,6 +744,20 @@ def quantize_model(model: nn.Module, calibration: torch.Tensor | Iterable[torch.
         input_shape = (input_shape[0], 1, input_shape[1])   # the integer model sees a height-1 image
     return QuantizedModel(name=name, input_shape=input_shape, input_quant=input_quant, layers=tuple(layers),
                           inputs=tuple(inputs))
+
+
+def _shared_quantization(ops: list[FloatOp]) -> dict[int, int]:
+    """``{op: concatenation}`` for each Conv2d, Linear or add read by one concatenation
+    alone: it takes the concatenation's scale and zero point, so that the hardware writes
+    it in place, into its channels of the joined tensor (nothing to requantize)."""
+    readers = Counter(j for op in ops for j in op.inputs)
+    shared = {}
+    for index, op in enumerate(ops):
+        if isinstance(op, ConcatOp):
+            for j in op.inputs:
+                if j >= 0 and isinstance(ops[j], (WeightedOp, AddOp)) and readers[j] == 1:
+                    shared[j] = index
+    return shared
 
 
 def weighted_layer_kinds(ops: list[FloatOp]) -> list[tuple[str, str]]:

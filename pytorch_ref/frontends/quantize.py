@@ -14,7 +14,7 @@ import torch
 from torch.ao.quantization.observer import PerChannelMinMaxObserver
 
 from pytorch_ref.ir import integer_semantics as sem
-from pytorch_ref.ir.quantized_model import AddLayer, QuantParams, Requantization
+from pytorch_ref.ir.quantized_model import AddLayer, ConcatLayer, QuantParams, Requantization
 
 def weight_observer(bits: int = sem.WEIGHT_BITS) -> PerChannelMinMaxObserver:
     """PyTorch's per-output-channel symmetric observer over the ``bits``-bit codes of
@@ -66,3 +66,14 @@ def make_add(name: str, a: QuantParams, b: QuantParams, output: QuantParams,
     return AddLayer(name, (a, b), output, (w_a, w_b),
                     Requantization(np.array([multiplier], dtype=np.int64), np.array([shift], dtype=np.int64),
                                    output.zero_point, clamp_min, clamp_max))
+
+
+def make_concat(name: str, inputs: list[QuantParams], output: QuantParams) -> ConcatLayer:
+    """The concatenation of inputs quantized as ``inputs`` to ``output`` (see
+    ``integer_semantics``, "Concatenation")."""
+    requants = []
+    for q in inputs:
+        multiplier, shift = sem.quantize_multiplier(q.scale / output.scale)
+        requants.append(Requantization(np.array([multiplier], dtype=np.int64), np.array([shift], dtype=np.int64),
+                                       output.zero_point, sem.ACTIVATION_MIN, sem.ACTIVATION_MAX))
+    return ConcatLayer(name, tuple(inputs), output, tuple(requants))

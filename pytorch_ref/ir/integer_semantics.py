@@ -43,6 +43,15 @@ one per input, so it runs on the array like any other. PyTorch computes the sum 
 float and rounds half to even, so the two agree but for ties and the ratio's error
 (at most ``1 / (2 * 127)`` of the smaller input's share).
 
+Concatenation
+-------------
+Concatenating tensors along channels requantizes each input to the output's scale and
+zero point (PyTorch's quantized ``cat``): ``y = clamp(rounding_shift_right_half_up((x -
+x_zero_point) * multiplier, shift) + y_zero_point, -128, 127)`` with ``multiplier * 2**-shift``
+approximating ``x_scale / y_scale``. An input already at the output's scale and zero point
+passes unchanged (the factor 1 is exact: ``2**30 * 2**-30``); the quantizer gives a
+concatenation's inputs its scale where it can, so that they are written in place.
+
 Requantization
 --------------
 ``multiplier`` is an int32 in ``[2**30, 2**31)`` and ``shift`` an integer in

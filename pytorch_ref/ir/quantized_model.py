@@ -200,7 +200,38 @@ class AddLayer:
         return tuple(a_shape)
 
 
-Layer = DenseLayer | Conv2dLayer | MaxPool2dLayer | FlattenLayer | AddLayer
+@dataclass(frozen=True)
+class ConcatLayer:
+    """Tensors of one height and width joined along channels (features, if flat), each
+    requantized to the output's scale by its one-channel ``requants[i]`` (see
+    ``integer_semantics``, "Concatenation")."""
+    name: str
+    input_quants: tuple[QuantParams, ...]
+    output_quant: QuantParams
+    requants: tuple[Requantization, ...]
+
+    def __post_init__(self):
+        if len(self.input_quants) < 2 or len(self.requants) != len(self.input_quants):
+            raise ValueError(f"{self.name}: a concatenation joins two or more tensors, each with its "
+                             f"requantization")
+        for rq in self.requants:
+            if rq.multiplier.shape != (1,) or rq.zero_point != self.output_quant.zero_point:
+                raise ValueError(f"{self.name}: each input's requantization has one channel and the output's "
+                                 f"zero point")
+
+    @property
+    def arity(self) -> int:
+        return len(self.input_quants)
+
+    def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+        rest = {tuple(shape[1:]) for shape in shapes}
+        if len(rest) != 1:
+            raise ValueError(f"{self.name}: joins tensors along channels, so all but the channels must agree, "
+                             f"not {', '.join(str(tuple(s)) for s in shapes)}")
+        return (sum(shape[0] for shape in shapes),) + rest.pop()
+
+
+Layer = DenseLayer | Conv2dLayer | MaxPool2dLayer | FlattenLayer | AddLayer | ConcatLayer
 
 
 def chain_inputs(count: int) -> tuple[tuple[int, ...], ...]:
@@ -267,7 +298,7 @@ class QuantizedModel:
         input's)."""
         while tensor > 0:
             layer = self.layers[tensor - 1]
-            if isinstance(layer, (DenseLayer, Conv2dLayer, AddLayer)):
+            if isinstance(layer, (DenseLayer, Conv2dLayer, AddLayer, ConcatLayer)):
                 return layer.output_quant
             tensor = self.layer_inputs[tensor - 1][0]
         return self.input_quant

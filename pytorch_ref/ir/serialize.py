@@ -5,7 +5,7 @@ The file is a NumPy ``.npz`` archive (a zip of ``.npy`` arrays, no pickle):
 * ``header``: a string holding JSON -- ``{"format": "nnaccel-quantized-model",
   "version": 1, "name": ..., "input_shape": [...], "input_quant": {"scale": ...,
   "zero_point": ...}, "layers": [...]}``, one object per layer with its ``type``
-  (``dense``, ``conv2d``, ``maxpool2d``, ``flatten``, ``add``), ``name`` and scalar fields
+  (``dense``, ``conv2d``, ``maxpool2d``, ``flatten``, ``add``, ``concat``), ``name`` and scalar fields
   (a weighted layer's ``weight_bits``; 8 where a file has none); and, for a model that
   is not a chain, ``"inputs"``: the tensors each layer reads (``QuantizedModel.inputs``);
 * ``layers.<i>.weight``, ``layers.<i>.bias``, ``layers.<i>.multiplier``,
@@ -24,7 +24,7 @@ import zipfile
 import numpy as np
 
 from pytorch_ref.ir.atomic_file import atomic_output
-from pytorch_ref.ir.quantized_model import (AddLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+from pytorch_ref.ir.quantized_model import (AddLayer, ConcatLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                                             QuantizedModel, QuantParams, Requantization)
 
 __all__ = ["FORMAT", "VERSION", "save_model", "load_model"]
@@ -42,6 +42,17 @@ def _quant_to_json(q: QuantParams) -> dict:
 
 def _quant_from_json(d: dict) -> QuantParams:
     return QuantParams(float(d["scale"]), int(d["zero_point"]))
+
+
+def _scalar_requant_to_json(rq: Requantization) -> dict:
+    """A one-channel requantization (an add's, a concatenation input's)."""
+    return {"multiplier": int(rq.multiplier[0]), "shift": int(rq.shift[0]), "zero_point": int(rq.zero_point),
+            "clamp_min": int(rq.clamp_min), "clamp_max": int(rq.clamp_max)}
+
+
+def _scalar_requant_from_json(d: dict) -> Requantization:
+    return Requantization(np.array([int(d["multiplier"])], dtype=np.int64), np.array([int(d["shift"])], dtype=np.int64),
+                          int(d["zero_point"]), int(d["clamp_min"]), int(d["clamp_max"]))
 
 
 def _pair(values) -> tuple[int, int]:
@@ -68,13 +79,13 @@ def _layer_to_json(index: int, layer, arrays: dict) -> dict:
     if type(layer) is FlattenLayer:
         return {"type": "flatten", "name": layer.name}
     if type(layer) is AddLayer:
-        rq = layer.requant
         return {"type": "add", "name": layer.name, "weights": [int(w) for w in layer.weights],
                 "input_quants": [_quant_to_json(q) for q in layer.input_quants],
+                "output_quant": _quant_to_json(layer.output_quant), "requant": _scalar_requant_to_json(layer.requant)}
+    if type(layer) is ConcatLayer:
+        return {"type": "concat", "name": layer.name, "input_quants": [_quant_to_json(q) for q in layer.input_quants],
                 "output_quant": _quant_to_json(layer.output_quant),
-                "requant": {"multiplier": int(rq.multiplier[0]), "shift": int(rq.shift[0]),
-                            "zero_point": int(rq.zero_point), "clamp_min": int(rq.clamp_min),
-                            "clamp_max": int(rq.clamp_max)}}
+                "requants": [_scalar_requant_to_json(rq) for rq in layer.requants]}
     raise TypeError(f"cannot save a layer of type {type(layer).__name__}")
 
 
@@ -99,12 +110,13 @@ def _layer_from_json(index: int, entry: dict, archive):
     if kind == "flatten":
         return FlattenLayer(str(entry["name"]))
     if kind == "add":
-        rq = entry["requant"]
         return AddLayer(str(entry["name"]), tuple(_quant_from_json(q) for q in entry["input_quants"]),
                         _quant_from_json(entry["output_quant"]), tuple(int(w) for w in entry["weights"]),
-                        Requantization(np.array([int(rq["multiplier"])], dtype=np.int64),
-                                       np.array([int(rq["shift"])], dtype=np.int64), int(rq["zero_point"]),
-                                       int(rq["clamp_min"]), int(rq["clamp_max"])))
+                        _scalar_requant_from_json(entry["requant"]))
+    if kind == "concat":
+        return ConcatLayer(str(entry["name"]), tuple(_quant_from_json(q) for q in entry["input_quants"]),
+                           _quant_from_json(entry["output_quant"]),
+                           tuple(_scalar_requant_from_json(rq) for rq in entry["requants"]))
     raise ValueError(f"unknown layer type {kind!r}")
 
 
