@@ -281,3 +281,21 @@ def test_estimate_places_and_routes_the_compiled_design(compiled, capsys):
     estimate = json.loads((compiled / "ecp5" / "neural_network_accelerator" / "estimate.json").read_text())
     assert estimate["lut4"] > 0 and estimate["fmax_mhz"] > 0 and 0 < estimate["dsp"] <= 156
     assert f"{estimate['fmax_mhz']:.1f} MHz" in out
+
+
+def test_exported_graphs_keep_residual_adds_and_concatenations(tmp_path):
+    """A torch.export file of a residual network or of concatenations comes back as a graph
+    (``fx.GraphModule``) that computes what the model does and quantizes to the same
+    integer graph as the module itself."""
+    from pytorch_ref.frontends.float_model import quantize_model
+    from test_concat import Inception
+    from test_residual import residual_model
+    for name, model in (("residual", residual_model()), ("inception", Inception().eval())):
+        x = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+        torch.export.save(torch.export.export(model, (x[:1],)), tmp_path / f"{name}.pt2")
+        loaded = load_exported(tmp_path / f"{name}.pt2")
+        assert isinstance(loaded, torch.fx.GraphModule)
+        assert torch.allclose(loaded(x), model(x), atol=1e-5)
+        direct, exported = quantize_model(model, x, name=name), quantize_model(loaded, x, name=name)
+        assert exported.inputs == direct.inputs and exported.inputs is not None
+        assert [type(layer) for layer in exported.layers] == [type(layer) for layer in direct.layers]

@@ -1,9 +1,11 @@
-"""Models saved to a file, as the float front end takes them: an ``nn.Sequential`` chain.
+"""Models saved to a file, as the float front end takes them: an ``nn.Sequential`` chain,
+or a ``torch.fx.GraphModule`` for a graph.
 
 - :func:`load_exported`: a ``torch.export`` program (``torch.export.save``). Its ATen
   graph is read node by node: ``conv2d``, ``linear``, ``relu``, ``max_pool2d``,
   ``batch_norm`` (inference) and ``flatten`` / ``view`` / ``reshape`` to ``[N, -1]``, each
-  rebuilt as the module it came from, with the program's own weights.
+  rebuilt as the module it came from, with the program's own weights; ``add`` of two
+  tensors and ``cat`` (residual connections, concatenations) as functions.
 - :func:`load_torchscript`: a scripted chain (``torch.jit.script`` of an ``nn.Sequential``);
   its children keep their hyperparameters. A traced module (``torch.jit.trace``) keeps
   none, and is refused with a message that says what to do instead.
@@ -14,13 +16,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import operator
+
 import torch
-from torch import nn
+from torch import fx, nn
 
 _ATEN = torch.ops.aten
 SUPPORTED_ATEN = ("conv1d", "conv2d", "linear", "relu", "hardtanh", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
                   "mean", "batch_norm", "flatten", "view", "reshape",
-                  "dropout", "clone")
+                  "dropout", "clone", "add", "cat")
 SUPPORTED_SCRIPTED = ("Conv1d", "Conv2d", "Linear", "ReLU", "ReLU6", "Hardtanh", "MaxPool2d", "AvgPool2d",
                       "AdaptiveAvgPool2d", "BatchNorm2d", "Flatten",
                       "Dropout", "Identity")
@@ -35,15 +39,20 @@ def _arg(node, index: int, default):
     return node.args[index] if len(node.args) > index else default
 
 
-def load_exported(path: str | Path) -> nn.Sequential:
-    """The chain of a ``torch.export`` program file."""
+def load_exported(path: str | Path) -> nn.Module:
+    """The model of a ``torch.export`` program file: an ``nn.Sequential`` for a chain, a
+    ``torch.fx.GraphModule`` for a graph."""
     program = torch.export.load(str(path))
-    return sequential_from_exported(program)
+    return model_from_exported(program)
 
 
-def sequential_from_exported(program: torch.export.ExportedProgram) -> nn.Sequential:
+def model_from_exported(program: torch.export.ExportedProgram) -> nn.Module:
+    """The program's ATen graph as modules: each layer node rebuilt as the module it came
+    from, with the program's own weights, and ``add`` (of two tensors) and ``cat`` as
+    ``operator.add`` and ``torch.cat``. A chain comes back as an ``nn.Sequential``."""
     sig = program.graph_signature
     names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+    names.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}))
     state = program.state_dict
     constants = getattr(program, "constants", {})
 
@@ -55,20 +64,52 @@ def sequential_from_exported(program: torch.export.ExportedProgram) -> nn.Sequen
             raise ValueError(f"node {node.name}: expected a parameter or buffer of the program")
         return (state[key] if key in state else constants[key]).detach()
 
-    layers: list[nn.Module] = []
-    previous = None
+    graph, root, modules = fx.Graph(), nn.Module(), []
+    value: dict = {}
+    chain, previous = True, None
+
+    def read(node, source):
+        if not isinstance(source, fx.Node) or source not in value:
+            raise ValueError(f"node {node.name} ({node.target}) reads {source!r}, which is not a tensor the model "
+                             f"computes")
+        return value[source]
+
     for node in program.graph.nodes:
-        if node.op in ("placeholder", "output"):
+        if node.op == "placeholder":
+            if node.name not in names:
+                value[node] = graph.placeholder(node.name)
+                previous = node
             continue
+        if node.op == "output":
+            results = node.args[0]
+            if not (isinstance(results, (tuple, list)) and len(results) == 1):
+                raise ValueError(f"the program must return one tensor, not {results!r}")
+            graph.output(read(node, results[0]))
+            chain = chain and results[0] is previous
+            break
         if node.op != "call_function":
             raise ValueError(f"node {node.name} ({node.op} {node.target}) is not supported; "
                              f"supported: {', '.join(SUPPORTED_ATEN)}")
-        if previous is not None and node.args and node.args[0] is not previous:
-            raise ValueError(f"node {node.name} ({node.target}) does not take the previous node's output: "
-                             f"only chains are supported")
+        if node.target in (_ATEN.add.Tensor, _ATEN.add_.Tensor):
+            if node.kwargs.get("alpha", 1) != 1 or len(node.args) != 2:
+                raise ValueError(f"node {node.name}: only the plain sum of two tensors is supported")
+            value[node] = graph.call_function(operator.add, tuple(read(node, a) for a in node.args))
+            chain = False
+        elif node.target in (_ATEN.cat.default, _ATEN.concat.default):
+            value[node] = graph.call_function(torch.cat, ([read(node, t) for t in node.args[0]],),
+                                              {"dim": _arg(node, 1, 0)})
+            chain = False
+        else:
+            module = _aten_module(node, tensor)
+            name = f"layer{len(modules)}"
+            root.add_module(name, module)
+            modules.append(module)
+            value[node] = graph.call_module(name, (read(node, node.args[0]),))
+            chain = chain and node.args[0] is previous
         previous = node
-        layers.append(_aten_module(node, tensor))
-    return nn.Sequential(*layers).eval()
+    if chain:
+        return nn.Sequential(*modules).eval()
+    return fx.GraphModule(root, graph).eval()
 
 
 def _aten_module(node, tensor) -> nn.Module:
