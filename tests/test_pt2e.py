@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-pytest.importorskip("torchao")
+import torchao  # noqa: F401  (pinned; a missing install fails here rather than skipping)
 
 from hdl.config import AcceleratorConfig
 from pytorch_ref.frontends.imported import compare_codes
@@ -136,7 +136,7 @@ def test_errors_name_the_node():
     x = torch.randn(16, 6)
     tanh = pt2e_quantize(nn.Sequential(nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 2)).eval(), x)
     with pytest.raises(ValueError, match=r"^function 'tanh' \(torch\.ops\.aten\.tanh\.default\) is not supported; "
-                                         r"supported by the pt2e importer: functions torch\.ops\.aten\.conv2d\.default, "
+                                         r"supported by the pt2e importer: functions .*torch\.ops\.aten\.conv2d\.default, "
                                          r".*torch\.ops\.aten\.linear\.default, .*"
                                          r"torch\.ops\.quantized_decomposed\.quantize_per_tensor\.default$"):
         from_pt2e(tanh, x)
@@ -157,3 +157,30 @@ def test_pt2e_model_runs_exactly_on_verilator(simulate_case):
     split, _, quantized = _small_cnn_case()
     case = make_case(quantized, AcceleratorConfig(rows=4, cols=4), split.x_test[:2])
     simulate_case(case, seed=5)
+
+
+def _graph_models():
+    from test_concat import Inception
+    from test_residual import residual_model
+    return {"residual": residual_model(), "inception": Inception().eval()}
+
+
+# Measured end to end on 256 seeded inputs: residual 83.5% of codes equal, the rest within two
+# codes (one-code differences of each of its seven layers and two adds, carried through),
+# the same class on all; inception 96.7%, the rest one off.
+@pytest.mark.parametrize("name, equal", [("residual", 0.8), ("inception", 0.95)])
+def test_graphs_import_with_adds_and_concatenations(name, equal, simulate_case):
+    """XNNPACK quantizes residual adds and concatenations; they import as AddLayer and
+    ConcatLayer in a graph, agree with PyTorch's execution within a code, and run exactly
+    on Verilator."""
+    torch.manual_seed(0)
+    calibration = torch.randn(128, 3, 8, 8)
+    converted = pt2e_quantize(_graph_models()[name], calibration)
+    quantized = from_pt2e(converted, calibration, name=name)
+    kinds = {type(layer).__name__ for layer in quantized.layers}
+    assert ("AddLayer" if name == "residual" else "ConcatLayer") in kinds and quantized.inputs is not None
+    agreement = measure_pt2e_agreement(converted, quantized, torch.randn(256, 3, 8, 8))
+    assert agreement["equal"] >= equal and agreement["max_difference"] <= 2, agreement
+    assert agreement["same_class"] >= 0.99, agreement
+    case = make_case(quantized, AcceleratorConfig(rows=8, cols=8), torch.randn(1, 3, 8, 8))
+    simulate_case(case, seed=3)

@@ -1,18 +1,20 @@
 """Import a model quantized with torchao's pt2e flow (``prepare_pt2e`` / ``convert_pt2e``).
 
-:func:`from_pt2e` reads the converted graph of a ``torch.export``-ed model: a chain of
+:func:`from_pt2e` reads the converted graph of a ``torch.export``-ed model: a graph of
 ``quantize_per_tensor`` / ``dequantize_per_tensor`` pairs around ``aten.conv2d``,
-``aten.linear``, ``aten.relu``, ``aten.max_pool2d`` and ``aten.flatten`` / ``view`` /
-``reshape``, whose weights are int8 constants behind ``dequantize_per_channel`` (or
+``aten.linear``, ``aten.relu``, ``aten.max_pool2d``, ``aten.flatten`` / ``view`` /
+``reshape``, ``aten.add`` and ``aten.cat``, whose weights are int8 constants behind ``dequantize_per_channel`` (or
 ``dequantize_per_tensor``) nodes. The walk and its errors are those of the other front
 ends (:mod:`pytorch_ref.frontends.graph`); the layers are built as
 :mod:`pytorch_ref.frontends.torch_ao` builds them (:mod:`pytorch_ref.frontends.imported`).
 
-The graph is read in *segments*: the float ops between a dequantize (codes of scale and
-zero point P) and the next quantize (Q). A segment holds at most one Conv2d or Linear,
-which becomes a layer from P to Q; ReLUs fold into the clamp of the weighted layer before
-them; max-pooling and flattening run on the codes (both commute with quantization, which
-is monotonic). A segment without a weighted op must requantize to the same P.
+The graph is read in *segments*: each ``quantize_per_tensor`` (Q) is a tensor of codes,
+and its segment the float ops from the dequantizes of earlier tensors up to it. A segment
+holds at most one Conv2d, Linear, ``add`` or ``cat``, which becomes a layer from its
+inputs' scales to Q's; ReLUs fold into the clamp of the Conv2d, Linear or add before them;
+max-pooling and flattening run on the codes (both commute with quantization, which is
+monotonic). A segment without such an op must keep its input's quantization. A tensor may
+be read by several segments (a residual network's shortcut), so the model is a graph.
 
 Number formats: ``uint8`` activations (X86InductorQuantizer) are shifted by -128 as
 torch.ao's ``quint8``; ``int8`` ones (XNNPACKQuantizer) are taken as they are. A
@@ -28,7 +30,7 @@ op in float32 and quantizes again, so outputs may differ by a code
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -37,11 +39,13 @@ from torch import fx, nn
 from torch.fx.operator_schemas import normalize_function
 
 from pytorch_ref.frontends.float_model import ClampOp, FlattenOp, MaxPoolOp, maxpool_op
+from pytorch_ref.frontends.quantize import make_add, make_concat
 from pytorch_ref.frontends.graph import Registry, Step, walk
-from pytorch_ref.frontends.imported import check_symmetric, code_offset, compare_codes, fuse_relu, our_codes, \
+from pytorch_ref.frontends.imported import check_symmetric, code_offset, compare_codes, our_codes, \
     weighted_layer
 from pytorch_ref.ir import integer_semantics as sem
-from pytorch_ref.ir.quantized_model import FlattenLayer, MaxPool2dLayer, QuantizedModel, QuantParams
+from pytorch_ref.ir.quantized_model import (AddLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
+                                            QuantizedModel, QuantParams)
 from pytorch_ref.reference import run_integer_reference
 
 __all__ = ["from_pt2e", "pt2e_quantize", "pt2e_codes", "measure_pt2e_agreement", "REGISTRY"]
@@ -167,6 +171,36 @@ def _weighted(step: Step):
     return _Weighted(_name(step), step.where, codes, scales, bias, conv)
 
 
+@dataclass
+class _Add:
+    name: str
+    where: str
+
+
+@dataclass
+class _Concat:
+    name: str
+    where: str
+
+
+@REGISTRY.function(_ATEN.add.Tensor)
+def _add(step: Step):
+    args = _arguments(step.node)
+    if args.get("alpha", 1) != 1 or not all(isinstance(args[k], fx.Node) for k in ("input", "other")):
+        raise ValueError(f"{step.where}: only the plain sum of two tensors is supported")
+    return _Add(step.node.name, step.where)
+
+
+@REGISTRY.function(_ATEN.cat.default)
+def _cat(step: Step):
+    args = _arguments(step.node)
+    tensors = args["tensors"]
+    if args["dim"] % (tensors[0].meta["val"].dim() if "val" in tensors[0].meta else 4) != 1:
+        raise ValueError(f"{step.where}: only a concatenation along channels (dim 1) is supported, not dim "
+                         f"{args['dim']}")
+    return _Concat(step.node.name, step.where)
+
+
 @REGISTRY.function(_ATEN.relu.default, _ATEN.relu_.default)
 def _relu(step: Step):
     return ClampOp(_name(step), step.where, 0.0, None)
@@ -209,75 +243,164 @@ def _skip(node: fx.Node) -> bool:
     return node.op == "call_function" and node.target == _ATEN.sym_size.int
 
 
-def _ops(graph_module: fx.GraphModule) -> list:
+def _steps(graph_module: fx.GraphModule) -> list[Step]:
     if not isinstance(graph_module, fx.GraphModule):
         raise TypeError(f"expected the fx.GraphModule that convert_pt2e returns, not {type(graph_module).__name__}")
-    steps = walk(graph_module, REGISTRY, skip=_skip, tuple_output=True)
-    return [step.handler(step) for step in steps]
+    return walk(graph_module, REGISTRY, chain=False, skip=_skip, tuple_output=True)
 
 
-def _segments(ops: list) -> tuple[_Quantize, list[tuple[_Quantize, list, _Quantize]]]:
-    """The input's quantize, then ``(P, float ops, Q)`` for every dequantize of P."""
-    if not ops or not isinstance(ops[0], _Quantize):
-        where = ops[0].where if ops else "the graph"
-        raise ValueError(f"{where} comes before any quantize_per_tensor: the model's input must be quantized "
-                         f"(prepare_pt2e/convert_pt2e with a quantizer that annotates its first layer)")
-    segments, index = [], 0
-    while index < len(ops):
-        quantize = ops[index]
-        following = ops[index + 1] if index + 1 < len(ops) else None
-        if not isinstance(following, _Dequantize):
-            raise ValueError(f"{quantize.where}: its codes must be dequantized next, not read by "
-                             f"{following.where if following else 'the output'}")
-        if following.key != quantize.key:
-            raise ValueError(f"{following.where}: dequantizes with {following.key}, not with the {quantize.key} "
-                             f"they were quantized with")
-        end = next((i for i in range(index + 2, len(ops)) if isinstance(ops[i], _Quantize)), None)
-        body = ops[index + 2:end if end is not None else len(ops)]
-        if end is None:
-            if body:
-                raise ValueError(f"{body[-1].where}: the model's output is float; it must be quantized "
-                                 f"(XNNPACKQuantizer quantizes every layer's output; X86InductorQuantizer "
-                                 f"leaves the last layer's float)")
-            break
-        segments.append((quantize, body, ops[end]))
-        index = end
-    return ops[0], segments
+def _ops(graph_module: fx.GraphModule) -> list:
+    return [step.handler(step) for step in _steps(graph_module)]
 
 
-def _lower_segment(layers: list, source: _Quantize, body: list, target: _Quantize) -> None:
-    weighted = [op for op in body if isinstance(op, _Weighted)]
-    if len(weighted) > 1:
-        raise ValueError(f"{weighted[1].where} follows {weighted[0].where} without a quantize between them")
-    if not weighted and (source.quant, source.low, source.high) != (target.quant, target.low, target.high):
-        raise ValueError(f"{target.where}: requantizes from {source.key} to {target.key} without a Conv2d or "
-                         f"Linear; only max-pooling, flattening and ReLU at unchanged quantization are supported")
-    for op in body:
-        if isinstance(op, _Weighted):
-            layers.append(weighted_layer(op.name, op.where, op.codes, op.scales, op.bias, source.quant, target.quant,
-                                         conv=op.conv, output_range=(target.low, target.high)))
-        elif isinstance(op, ClampOp):
-            fuse_relu(layers, op.where)
-        elif isinstance(op, MaxPoolOp):
-            layers.append(MaxPool2dLayer(op.name, op.kernel_size, op.stride, op.padding))
-        elif isinstance(op, FlattenOp):
-            layers.append(FlattenLayer(op.name))
-        else:
-            raise ValueError(f"{op.where} is not supported between a dequantize and a quantize")
+class _Segments:
+    """The graph as tensors and segments. Each ``quantize_per_tensor`` is a tensor of
+    codes; the float ops from the dequantizes of earlier tensors up to it are its
+    segment, lowered to our layers with the tensor's scale as their output's."""
+
+    def __init__(self, graph_module: fx.GraphModule):
+        steps = _steps(graph_module)
+        self.ops = {step.node: step.handler(step) for step in steps}
+        self.reads = {step.node: step.reads for step in steps}
+        self.layers, self.inputs, self.quants, self.ranges = [], [], [], []
+        self.tensor: dict[fx.Node, int] = {}            # quantize or float node -> our tensor
+        self.quantize_of: dict[int, fx.Node] = {}       # our tensor -> the quantize that holds it
+        ops = list(self.ops.values())
+        if not ops or not isinstance(ops[0], _Quantize):
+            where = ops[0].where if ops else "the graph"
+            raise ValueError(f"{where} comes before any quantize_per_tensor: the model's input must be quantized "
+                             f"(prepare_pt2e/convert_pt2e with a quantizer that annotates its first layer)")
+        last = steps[-1]
+        if not isinstance(self.ops[last.node], _Dequantize):
+            raise ValueError(f"{last.where}: the model's output is float; it must be quantized "
+                             f"(XNNPACKQuantizer quantizes every layer's output; X86InductorQuantizer "
+                             f"leaves the last layer's float)")
+        self.first = ops[0]
+        self.tensor[self.first.node] = 0
+        self.quants.append(self.first.quant)
+        self.ranges.append((self.first.low, self.first.high))
+        for node, op in self.ops.items():
+            if isinstance(op, _Quantize) and node is not self.first.node:
+                self.lower(op)
+
+    def source(self, node: fx.Node) -> int:
+        """Our tensor behind a node a segment reads: a dequantize of a tensor, or an op of
+        the segment already lowered."""
+        op = self.ops.get(node)
+        if isinstance(op, _Dequantize):
+            quantize = self.ops.get(node.args[0])
+            if not isinstance(quantize, _Quantize) or node.args[0] not in self.tensor:
+                raise ValueError(f"{op.where}: dequantizes {node.args[0].name!r}, which is not a quantized tensor")
+            if op.key != quantize.key:
+                raise ValueError(f"{op.where}: dequantizes with {op.key}, not with the {quantize.key} "
+                                 f"they were quantized with")
+            return self.tensor[node.args[0]]
+        return self.tensor[node]
+
+    def body(self, node: fx.Node, seen: list) -> list:
+        """The float nodes of a segment ending in ``node``, producers first."""
+        op = self.ops.get(node)
+        if isinstance(op, _Dequantize) or node in seen:
+            return seen
+        if isinstance(op, _Quantize):
+            raise ValueError(f"{op.where}: its codes must be dequantized before a float op reads them")
+        for read in self.reads[node]:
+            self.body(read, seen)
+        seen.append(node)
+        return seen
+
+    def emit(self, layer, reads: tuple[int, ...], quant: QuantParams, target: _Quantize | None = None) -> int:
+        """Append ``layer``, reading our tensors ``reads``; its output is quantized as
+        ``quant``, over ``target``'s range (a rescaling layer's) or its input's."""
+        self.layers.append(layer)
+        self.inputs.append(reads)
+        self.quants.append(quant)
+        self.ranges.append((target.low, target.high) if target else self.ranges[reads[0]])
+        return len(self.layers)
+
+    def lower(self, target: _Quantize) -> None:
+        body = self.body(target.node.args[0], [])
+        rescaling = [node for node in body if isinstance(self.ops[node], (_Weighted, _Add, _Concat))]
+        if len(rescaling) > 1:
+            raise ValueError(f"{self.ops[rescaling[1]].where} follows {self.ops[rescaling[0]].where} without a "
+                             f"quantize between them")
+        for node in body:
+            op = self.ops[node]
+            reads = tuple(self.source(read) for read in self.reads[node])
+            narrow = dict(output_range=(target.low, target.high))
+            if isinstance(op, _Weighted):
+                layer = weighted_layer(op.name, op.where, op.codes, op.scales, op.bias, self.quants[reads[0]],
+                                       target.quant, conv=op.conv, **narrow)
+                self.tensor[node] = self.emit(layer, reads, target.quant, target)
+            elif isinstance(op, _Add):
+                layer = make_add(op.name, self.quants[reads[0]], self.quants[reads[1]], target.quant)
+                self.tensor[node] = self.emit(replace(layer, requant=_narrowed(layer.requant, target)), reads,
+                                              target.quant, target)
+            elif isinstance(op, _Concat):
+                layer = make_concat(op.name, [self.quants[t] for t in reads], target.quant)
+                layer = replace(layer, requants=tuple(_narrowed(rq, target) for rq in layer.requants))
+                self.tensor[node] = self.emit(layer, reads, target.quant, target)
+            elif isinstance(op, ClampOp):
+                self.fuse_relu(op, reads[0])
+                self.tensor[node] = reads[0]
+            elif isinstance(op, MaxPoolOp):
+                layer = MaxPool2dLayer(op.name, op.kernel_size, op.stride, op.padding)
+                self.tensor[node] = self.emit(layer, reads, self.quants[reads[0]])
+            elif isinstance(op, FlattenOp):
+                self.tensor[node] = self.emit(FlattenLayer(op.name), reads, self.quants[reads[0]])
+            else:
+                raise ValueError(f"{op.where} is not supported between a dequantize and a quantize")
+        result = self.source(target.node.args[0])
+        if not rescaling and (self.quants[result], self.ranges[result]) != (target.quant, (target.low, target.high)):
+            raise ValueError(f"{target.where}: requantizes to {target.key} without a Conv2d, Linear, add or "
+                             f"concatenation; only max-pooling, flattening and ReLU at unchanged quantization "
+                             f"are supported")
+        self.tensor[target.node] = result
+        self.quantize_of.setdefault(result, target.node)
+
+    def fuse_relu(self, op: ClampOp, tensor: int) -> None:
+        """A quantized ReLU is ``max(q, zero_point)``: fold it into the clamp of the
+        Conv2d, Linear or add that produced ``tensor``, through max-pools and flattens
+        (which commute with it), if nothing else reads what it changes."""
+        t = tensor
+        while t > 0 and isinstance(self.layers[t - 1], (MaxPool2dLayer, FlattenLayer)):
+            if self.readers(t) > 1:
+                break
+            t = self.inputs[t - 1][0]
+        layer = self.layers[t - 1] if t > 0 else None
+        if not isinstance(layer, (DenseLayer, Conv2dLayer, AddLayer)) or (t != tensor and self.readers(t) > 1):
+            raise ValueError(f"{op.where} has no quantized Conv2d, Linear or add before it to fuse into (only "
+                             f"max-pooling and flattening, read by nothing else, may stand between them)")
+        clamp_min = max(layer.requant.clamp_min, sem.relu_clamp_min(layer.requant.zero_point, True))
+        self.layers[t - 1] = replace(layer, requant=replace(layer.requant, clamp_min=clamp_min))
+
+    def readers(self, t: int) -> int:
+        """How many ops read our tensor ``t``: the users of the dequantizes of its
+        quantize, or 1 for a tensor inside a segment."""
+        quantize = self.quantize_of.get(t)
+        if quantize is None:
+            return 1
+        return sum(len(dequantize.users) for dequantize in quantize.users)
+
+    def model(self, name: str, input_shape: tuple[int, ...]) -> QuantizedModel:
+        return QuantizedModel(name=name, input_shape=input_shape, input_quant=self.first.quant,
+                              layers=tuple(self.layers), inputs=tuple(self.inputs))
+
+
+def _narrowed(rq, target: _Quantize):
+    """``rq`` clamped to PyTorch's quantization range, where that is narrower than 8 bits."""
+    return replace(rq, clamp_min=max(rq.clamp_min, target.low), clamp_max=min(rq.clamp_max, target.high))
 
 
 def from_pt2e(graph_module: fx.GraphModule, example_input: torch.Tensor, name: str = "model") -> QuantizedModel:
     """A :class:`QuantizedModel` computing what ``graph_module`` (the output of torchao's
     ``convert_pt2e``) computes, on inputs shaped as ``example_input`` (with its batch)."""
-    first, segments = _segments(_ops(graph_module))
+    segments = _Segments(graph_module)
+    first = segments.first
     if (first.low, first.high) != (sem.ACTIVATION_MIN, sem.ACTIVATION_MAX):
         raise ValueError(f"{first.where}: the input must be quantized over the whole 8-bit range, not "
                          f"[{first.key[2]}, {first.key[3]}] ({first.key[4]})")
-    layers: list = []
-    for source, body, target in segments:
-        _lower_segment(layers, source, body, target)
-    return QuantizedModel(name=name, input_shape=tuple(example_input.shape[1:]), input_quant=first.quant,
-                          layers=tuple(layers))
+    return segments.model(name, tuple(example_input.shape[1:]))
 
 
 # -- producing and measuring pt2e models ----------------------------------------------------
