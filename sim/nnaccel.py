@@ -8,7 +8,8 @@
 MODEL is a ``torch.export`` program file (``.pt2``, from ``torch.export.save``), a
 TorchScript file of a scripted ``nn.Sequential`` (``.pt``/``.ts``/``.jit``, from
 ``torch.jit.save``), or ``package.module:factory``, a function that returns the model (a
-float ``nn.Module``, or one torch.ao eager mode has quantized). DATA is a float array
+float ``nn.Module``, one torch.ao eager mode has quantized, or a graph torchao's
+``convert_pt2e`` quantized; a ``.pt2`` file of such a graph works too). DATA is a float array
 ``[N, *input_shape]`` in a ``.npy`` or ``.pt`` file: it calibrates the activations of a
 float model, and its first ``--vectors`` samples become the test vectors.
 
@@ -52,13 +53,15 @@ def _progress(step: int, steps: int, text: str):
 def _load_module(source: str):
     """The model named by ``source`` (see the module docstring)."""
     import torch
-    from pytorch_ref.frontends.saved_models import load_exported, load_torchscript
+    from pytorch_ref.frontends.saved_models import load_torchscript, model_from_exported
     path = Path(source)
     if path.suffix == ".pt2":
         if not path.is_file():
             raise UserError(f"model file {source!r} does not exist")
         try:
-            return load_exported(path)
+            program = torch.export.load(str(path))
+            module = program.module()
+            return module if _is_pt2e(module) else model_from_exported(program)
         except ValueError as error:
             raise UserError(str(error)) from None
         except (RuntimeError, OSError, KeyError, zipfile.BadZipFile) as error:
@@ -117,6 +120,13 @@ def _is_torch_ao_quantized(model) -> bool:
     return any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
 
 
+def _is_pt2e(model) -> bool:
+    """A graph that torchao's ``convert_pt2e`` quantized (it holds quantize/dequantize ops)."""
+    from torch import fx
+    return isinstance(model, fx.GraphModule) and any(
+        node.op == "call_function" and "quantized_decomposed" in str(node.target) for node in model.graph.nodes)
+
+
 def _quantize(model, calibration: np.ndarray, name: str, weight_bits):
     import torch
     from pytorch_ref.frontends.float_model import quantize_model
@@ -126,6 +136,11 @@ def _quantize(model, calibration: np.ndarray, name: str, weight_bits):
             if weight_bits is not None:
                 raise UserError("--weight-bits applies to float models; a torch.ao model keeps its own weights")
             return import_torch_ao(model, tuple(calibration.shape[1:]), name=name)
+        if _is_pt2e(model):
+            from pytorch_ref.frontends.pt2e import from_pt2e
+            if weight_bits is not None:
+                raise UserError("--weight-bits applies to float models; a pt2e model keeps its own weights")
+            return from_pt2e(model, torch.from_numpy(calibration[:1]), name=name)
         return quantize_model(model, torch.from_numpy(calibration), name=name, weight_bits=weight_bits)
     except (ValueError, TypeError) as error:
         raise UserError(str(error)) from None

@@ -299,3 +299,28 @@ def test_exported_graphs_keep_residual_adds_and_concatenations(tmp_path):
         direct, exported = quantize_model(model, x, name=name), quantize_model(loaded, x, name=name)
         assert exported.inputs == direct.inputs and exported.inputs is not None
         assert [type(layer) for layer in exported.layers] == [type(layer) for layer in direct.layers]
+
+
+def test_compile_takes_a_pt2e_quantized_graph(tmp_path, capsys):
+    """A residual net quantized with torchao's pt2e flow, saved with torch.export: compile
+    imports its own integers (no calibration of ours: the reference equals from_pt2e's),
+    and ``nnaccel sim`` checks the hardware exactly; --weight-bits is refused."""
+    from pytorch_ref.frontends.pt2e import from_pt2e, pt2e_quantize
+    from pytorch_ref.ir.serialize import load_model
+    from test_residual import residual_model
+    torch.manual_seed(0)
+    calibration = torch.randn(64, 3, 8, 8)
+    converted = pt2e_quantize(residual_model(), calibration)
+    torch.export.save(torch.export.export(converted, (calibration[:1],)), tmp_path / "q.pt2")
+    np.save(tmp_path / "cal.npy", calibration[:3].numpy())
+    common = ["compile", str(tmp_path / "q.pt2"), "--calibration", str(tmp_path / "cal.npy"), "--vectors", "2"]
+    assert "--weight-bits applies to float models; a pt2e model keeps its own weights" in _error(
+        capsys, common + ["--weight-bits", "4", "-o", str(tmp_path / "bad")])
+    assert not (tmp_path / "bad").exists()
+    assert main(common + ["-o", str(tmp_path / "out")]) == 0
+    imported = load_model(tmp_path / "out" / "model.npz")
+    direct = from_pt2e(converted, calibration[:1], name=imported.name)
+    assert imported.inputs == direct.inputs and imported.inputs is not None
+    assert [layer.name for layer in imported.layers] == [layer.name for layer in direct.layers]
+    assert main(["sim", str(tmp_path / "out")]) == 0
+    assert "2/2" in capsys.readouterr().out
