@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.compiler.program import GemmOp
-from pytorch_ref.ir.quantized_model import AddLayer, DenseLayer
+from pytorch_ref.ir.quantized_model import AddLayer, ConcatLayer, DenseLayer
 
 from sim.cases import Case
 from sim.runner import SimulationReport
@@ -19,16 +19,17 @@ def tiling_bound(op) -> int:
 def op_kind(op, layers: dict) -> str:
     """What a phase of the inference runs: ``"conv"``, ``"depthwise"`` (a convolution of one
     input channel a group; average pooling is lowered to one, under its own layer name),
-    ``"grouped"``, ``"dense"``, ``"add"``, ``"maxpool"``, or ``"io"`` (input load and
-    output) for ``op`` None. ``layers`` maps the model's layer names to its layers; an op
-    of a chunk of a layer's channels is named ``layer[first:end]``."""
+    ``"grouped"``, ``"dense"``, ``"add"``, ``"concat"`` (a concatenation's copy of an
+    input), ``"maxpool"``, or ``"io"`` (input load and output) for ``op`` None. ``layers`` maps the model's layer names to its layers."""
     if op is None:
         return "io"
     if not isinstance(op, GemmOp):
         return "maxpool"
-    layer = layers[op.name.split("[")[0] if op.name.endswith("]") else op.name]
+    layer = layers.get(op.name) or layers[op.name.rsplit(".", 1)[0]]     # a concatenation's copy: "cat.1"
     if isinstance(layer, AddLayer):
         return "add"
+    if isinstance(layer, ConcatLayer):
+        return "concat"
     if isinstance(layer, DenseLayer):
         return "dense"
     if layer.groups == 1:

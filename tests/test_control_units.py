@@ -282,7 +282,8 @@ def test_op_table_holds_each_ops_constants():
                         else op.dest.words_per_pixel * program.config.bank_width,
                         "out_channels": op.dest.channels if op.dest.packed_lanes
                         else op.n_tiles * program.config.cols, "out_base": op.dest.base,
-                        "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base}
+                        "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base,
+                        "diagonal": int(op.diagonal)}
                 assert _as_dict(ctx.get(dut.gemm)) == want, op.name
                 assert ctx.get(dut.zero_point) == op.input_zero_point
             else:

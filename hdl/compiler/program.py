@@ -152,6 +152,9 @@ class GemmOp(WindowOp):
     accumulator_bits_needed: int = 0   # proven bound of this layer's sums (see check_accumulator)
     row_tiles: int = 0          # folded: tiles of ``rows`` elements per kernel row; 0: not folded
     weight_bits: int = 8        # width of the layer's weight codes, packed in its words
+    #: A channel-wise op (see ``_Lowering.channelwise``): output tile ``nt`` reads its input
+    #: channel tiles from word ``nt`` of each pixel on (``cols`` channels a word).
+    diagonal: bool = False
 
     @property
     def folded(self) -> bool:
@@ -594,41 +597,40 @@ class _Lowering:
                 and layer.groups == layer.out_features == layer.weight.shape[1] * layer.groups)
 
     def chunks_channels(self, channels: int) -> bool:
-        """Whether a channel-wise layer of ``channels`` runs as one op per ``cols`` channels
-        (see :meth:`channelwise`): where there is more than one such chunk and each one
-        starts a word of the activation memory (``rows`` divides ``cols``)."""
+        """Whether a channel-wise layer of ``channels`` runs as a diagonal op (see
+        :meth:`channelwise`): where it has more than ``cols`` channels and each tile of
+        ``cols`` output channels is one word of the activation memory (``rows`` divides
+        ``cols``)."""
         return self.config.cols % self.config.rows == 0 and channels > self.config.cols
 
     def channelwise(self, name: str, weights: np.ndarray, bias_eff: np.ndarray, rq, zp_in: int, stride, padding,
                     source: TensorPlacement, dest: TensorPlacement, weight_bits: int) -> list[GemmOp]:
-        """The ops of a layer whose output channel ``c`` reads only input channel ``c``,
+        """The op of a layer whose output channel ``c`` reads only input channel ``c``,
         through the kernel ``weights[c]`` (``[C, kh, kw]``).
 
         On the array such a layer is a convolution of block-diagonal weights: of the
         ``ceil(C / rows) x ceil(C / cols)`` weight tiles of a tap, only those on the
-        diagonal hold weights. Where :meth:`chunks_channels`, it runs instead as one op
-        per chunk of ``cols`` channels, each on views of its channels in the source and
-        the destination (the chunk's first word onwards, the tensors' pixel strides),
-        which skips the tiles off the diagonal: ``ceil(C / cols)`` times fewer steps."""
+        diagonal hold weights. Where :meth:`chunks_channels`, it runs as a *diagonal* op
+        instead: output tile ``nt`` (channels ``nt * cols`` on, one word of each pixel)
+        reads only the input channel tiles of its own word, so its kernel is
+        ``[C, cols, kh, kw]`` with channel ``c`` at relative input channel ``c % cols``:
+        ``ceil(C / cols)`` times fewer steps."""
         channels = len(weights)
-        chunked = self.chunks_channels(channels) and not source.packed_lanes and not dest.packed_lanes
-        chunk = self.config.cols if chunked else channels
-        multiplier, shift = (np.broadcast_to(v, (channels,)) for v in (rq.multiplier, rq.shift))
-        ops = []
-        for lo in range(0, channels, chunk):
-            hi = min(channels, lo + chunk)
-            count = hi - lo
-            kernel = np.zeros((count, count) + weights.shape[1:], dtype=np.int64)
-            kernel[np.arange(count), np.arange(count)] = weights[lo:hi]
-            word = lo // self.config.bank_width
-            src, dst = (dataclasses.replace(t, base=t.base + word, channels=count) for t in (source, dest))
-            part = dataclasses.replace(rq, multiplier=multiplier[lo:hi].copy(), shift=shift[lo:hi].copy())
-            ops.append(self.gemm_op(f"{name}[{lo}:{hi}]" if chunked else name, kernel, bias_eff[lo:hi], part, zp_in,
-                                    stride, padding, src, dst, weight_bits, dest.pixels * count * weights[0].size))
-        return ops
+        if self.chunks_channels(channels) and not source.packed_lanes and not dest.packed_lanes:
+            cols = self.config.cols
+            kernel = np.zeros((channels, cols) + weights.shape[1:], dtype=np.int64)
+            kernel[np.arange(channels), np.arange(channels) % cols] = weights
+            diagonal = True
+        else:
+            kernel = np.zeros((channels, channels) + weights.shape[1:], dtype=np.int64)
+            kernel[np.arange(channels), np.arange(channels)] = weights
+            diagonal = False
+        return [self.gemm_op(name, kernel, bias_eff, rq, zp_in, stride, padding, source, dest, weight_bits,
+                             dest.pixels * channels * weights[0].size, diagonal)]
 
     def gemm_op(self, name: str, kernel: np.ndarray, bias_eff: np.ndarray, rq, zp_in: int, stride, padding,
-                source: TensorPlacement, dest: TensorPlacement, weight_bits: int, macs: int) -> GemmOp:
+                source: TensorPlacement, dest: TensorPlacement, weight_bits: int, macs: int,
+                diagonal: bool = False) -> GemmOp:
         """The op of a convolution ``kernel`` ``[N, C, kh, kw]`` (int64) with the input zero
         point folded into ``bias_eff``; its weight tiles and parameters join the images.
         A one-channel ``rq`` serves every output channel."""
@@ -669,7 +671,7 @@ class _Lowering:
         pixels = dest.pixels
         return GemmOp(name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
                       min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs, need,
-                      row_tiles, weight_bits)
+                      row_tiles, weight_bits, diagonal)
 
     def check_accumulator(self, name: str, kernel: np.ndarray, bias: np.ndarray):
         """Prove that no int8 input overflows the accumulators. The hardware adds raw codes

@@ -40,6 +40,7 @@ def gemm_params_layout(w: Widths) -> data.StructLayout:
         "pixels": unsigned(w.pixel), "out_stride": unsigned(w.act_element), "out_channels": unsigned(w.act_element),
         "out_base": unsigned(w.act_addr),
         "w_base": unsigned(w.weight_addr), "w_bits": WEIGHT_BITS_SHAPE, "p_base": unsigned(w.param_addr),
+        "diagonal": 1,                       # channel tiles start at word nt of the pixel (GemmOp.diagonal)
     })
 
 
@@ -54,7 +55,8 @@ def gemm_params(op: GemmOp, config: AcceleratorConfig) -> dict:
             "block": op.block, "pixels": op.pixels,
             "out_stride": dest.pixel_stride * (1 if dest.packed_lanes else config.bank_width),
             "out_channels": dest.channels if dest.packed_lanes else op.n_tiles * config.cols,
-            "out_base": op.dest.base, "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base}
+            "out_base": op.dest.base, "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base,
+            "diagonal": int(op.diagonal)}
 
 
 def step_layout(w: Widths, cfg: AcceleratorConfig) -> data.StructLayout:
@@ -228,7 +230,8 @@ class StepGenerator(wiring.Component):
             s0.first.eq(n.kt == 0), s0.last.eq(n.end_of_k), s0.acc_addr.eq(n.cnt),
             s0.p_addr.eq(p.p_base + n.nt),
             window.tap.oy.eq(n.oy), window.tap.ox.eq(n.ox), window.tap.i.eq(n.i), window.tap.j.eq(n.j),
-            window.tap.image_base.eq(n.ibase), window.tap.word.eq(n.ct_word),
+            window.tap.image_base.eq(n.ibase),
+            window.tap.word.eq(n.ct_word + Mux(p.diagonal, n.nt, 0)),
             s0_pixel.eq(n.pixel), s0_nt_first.eq(n.nt_first),
         ]
         # The tile's channels that exist: all cols, but in a packed destination's last tile.
