@@ -300,6 +300,12 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _fold_zero_point(bias: np.ndarray, zero_point: int, kernel: np.ndarray) -> np.ndarray:
+    """``bias - zero_point * sum(w)`` per output channel (int64): the input zero point
+    folded into the bias (see the module docstring)."""
+    return bias.astype(np.int64) - zero_point * kernel.reshape(len(kernel), -1).astype(np.int64).sum(axis=1)
+
+
 class _Lowering:
     def __init__(self, model: QuantizedModel, config: AcceleratorConfig, batch: int, stack_input_rows: bool):
         self.model, self.config, self.batch = model, config, batch
@@ -332,11 +338,11 @@ class _Lowering:
             if isinstance(layer, MaxPool2dLayer):
                 self.ops.append(self.pool(layer, sources[0], dest))
             elif isinstance(layer, AddLayer):
-                self.ops.extend(self.add(layer, *sources, dest))
+                self.ops.append(self.add(layer, *sources, dest))
             elif isinstance(layer, ConcatLayer):
                 self.ops.extend(self.concat(layer, reads[index], sources, dest))
-            elif self.is_depthwise(layer) and self.chunks_channels(layer.out_features):
-                self.ops.extend(self.depthwise(layer, sources[0], dest))
+            elif self.runs_diagonal(layer):
+                self.ops.append(self.depthwise(layer, sources[0], dest))
             elif isinstance(layer, (DenseLayer, Conv2dLayer)):
                 after_flatten = self.stored(reads[index][0]) != reads[index][0]
                 self.ops.append(self.gemm(layer, sources[0], dest, after_flatten))
@@ -467,8 +473,7 @@ class _Lowering:
         layer after a flatten is a convolution whose kernel is the whole ``(C, H, W)`` input."""
         if isinstance(layer, DenseLayer) and len(shape) == 3:
             kh, kw = shape[1:]
-        elif not isinstance(layer, Conv2dLayer) or (self.is_depthwise(layer)
-                                                    and self.chunks_channels(layer.out_features)):
+        elif not isinstance(layer, Conv2dLayer) or self.runs_diagonal(layer):
             return False
         else:
             kh, kw = (1, layer.weight.shape[3]) if stacked else layer.weight.shape[2:]
@@ -484,7 +489,7 @@ class _Lowering:
         output pixel against the longer input load (about ``READ_WORDS`` words a cycle)."""
         if not isinstance(layer, Conv2dLayer) or layer.weight.shape[2] == 1:
             return None
-        if self.is_depthwise(layer) and self.chunks_channels(layer.out_features):
+        if self.runs_diagonal(layer):
             return None
         cfg = self.config
         c, h, w = shape
@@ -524,12 +529,12 @@ class _Lowering:
                 stride, padding = (1, stride[1]), (0, padding[1])
         zp_in = layer.input_quant.zero_point
         kernel = kernel.astype(np.int64)
-        bias_eff = layer.bias.astype(np.int64) - zp_in * kernel.reshape(len(kernel), -1).sum(axis=1)
+        bias_eff = _fold_zero_point(layer.bias, zp_in, kernel)
         macs = dest.pixels * layer.out_features * layer.fan_in
         return self.gemm_op(layer.name, kernel, bias_eff, layer.requant, zp_in, stride, padding, source, dest,
                             layer.weight_bits, macs)
 
-    def add(self, layer: AddLayer, a: TensorPlacement, b: TensorPlacement, dest: TensorPlacement) -> list[GemmOp]:
+    def add(self, layer: AddLayer, a: TensorPlacement, b: TensorPlacement, dest: TensorPlacement) -> GemmOp:
         """A residual add as a convolution of a 2x1 kernel over a view of both inputs.
 
         With ``lower`` the input at the lower address and ``D`` the pixels from it to the
@@ -578,15 +583,15 @@ class _Lowering:
             channels = source.channels
             weights = np.ones((channels, 1, 1), dtype=np.int64)
             bias = np.full(channels, -q.zero_point, dtype=np.int64)
-            ops += self.channelwise(f"{layer.name}.{number}", weights, bias, rq, q.zero_point, (1, 1), (0, 0),
-                                    source, self.channel_view(dest, int(offset), channels), sem.WEIGHT_BITS)
+            ops.append(self.channelwise(f"{layer.name}.{number}", weights, bias, rq, q.zero_point, (1, 1), (0, 0),
+                                        source, self.channel_view(dest, int(offset), channels), sem.WEIGHT_BITS))
         return ops
 
-    def depthwise(self, layer: Conv2dLayer, source: TensorPlacement, dest: TensorPlacement) -> list[GemmOp]:
-        """A depthwise convolution (one filter per channel), in chunks of channels."""
+    def depthwise(self, layer: Conv2dLayer, source: TensorPlacement, dest: TensorPlacement) -> GemmOp:
+        """A depthwise convolution (one filter per channel) as a channel-wise op."""
         zp_in = layer.input_quant.zero_point
         weights = layer.weight[:, 0].astype(np.int64)                       # [C, kh, kw]
-        bias = layer.bias.astype(np.int64) - zp_in * weights.reshape(len(weights), -1).sum(axis=1)
+        bias = _fold_zero_point(layer.bias, zp_in, weights)
         return self.channelwise(layer.name, weights, bias, layer.requant, zp_in, tuple(layer.stride),
                                 tuple(layer.padding), source, dest, layer.weight_bits)
 
@@ -596,7 +601,11 @@ class _Lowering:
         return (isinstance(layer, Conv2dLayer) and layer.groups > 1
                 and layer.groups == layer.out_features == layer.weight.shape[1] * layer.groups)
 
-    def chunks_channels(self, channels: int) -> bool:
+    def runs_diagonal(self, layer) -> bool:
+        """Whether ``layer`` is a depthwise convolution that runs as a diagonal op."""
+        return self.is_depthwise(layer) and self.diagonal_fits(layer.out_features)
+
+    def diagonal_fits(self, channels: int) -> bool:
         """Whether a channel-wise layer of ``channels`` runs as a diagonal op (see
         :meth:`channelwise`): where it has more than ``cols`` channels and each tile of
         ``cols`` output channels is one word of the activation memory (``rows`` divides
@@ -604,19 +613,19 @@ class _Lowering:
         return self.config.cols % self.config.rows == 0 and channels > self.config.cols
 
     def channelwise(self, name: str, weights: np.ndarray, bias_eff: np.ndarray, rq, zp_in: int, stride, padding,
-                    source: TensorPlacement, dest: TensorPlacement, weight_bits: int) -> list[GemmOp]:
+                    source: TensorPlacement, dest: TensorPlacement, weight_bits: int) -> GemmOp:
         """The op of a layer whose output channel ``c`` reads only input channel ``c``,
         through the kernel ``weights[c]`` (``[C, kh, kw]``).
 
         On the array such a layer is a convolution of block-diagonal weights: of the
         ``ceil(C / rows) x ceil(C / cols)`` weight tiles of a tap, only those on the
-        diagonal hold weights. Where :meth:`chunks_channels`, it runs as a *diagonal* op
+        diagonal hold weights. Where :meth:`diagonal_fits`, it runs as a *diagonal* op
         instead: output tile ``nt`` (channels ``nt * cols`` on, one word of each pixel)
         reads only the input channel tiles of its own word, so its kernel is
         ``[C, cols, kh, kw]`` with channel ``c`` at relative input channel ``c % cols``:
         ``ceil(C / cols)`` times fewer steps."""
         channels = len(weights)
-        if self.chunks_channels(channels) and not source.packed_lanes and not dest.packed_lanes:
+        if self.diagonal_fits(channels) and not source.packed_lanes and not dest.packed_lanes:
             cols = self.config.cols
             kernel = np.zeros((channels, cols) + weights.shape[1:], dtype=np.int64)
             kernel[np.arange(channels), np.arange(channels) % cols] = weights
@@ -625,8 +634,8 @@ class _Lowering:
             kernel = np.zeros((channels, channels) + weights.shape[1:], dtype=np.int64)
             kernel[np.arange(channels), np.arange(channels)] = weights
             diagonal = False
-        return [self.gemm_op(name, kernel, bias_eff, rq, zp_in, stride, padding, source, dest, weight_bits,
-                             dest.pixels * channels * weights[0].size, diagonal)]
+        return self.gemm_op(name, kernel, bias_eff, rq, zp_in, stride, padding, source, dest, weight_bits,
+                            dest.pixels * channels * weights[0].size, diagonal)
 
     def gemm_op(self, name: str, kernel: np.ndarray, bias_eff: np.ndarray, rq, zp_in: int, stride, padding,
                 source: TensorPlacement, dest: TensorPlacement, weight_bits: int, macs: int,

@@ -76,9 +76,13 @@ def fuse_relu(layers: list, where: str) -> None:
                   if isinstance(layers[i], (DenseLayer, Conv2dLayer))), None)
     if index is None or not all(isinstance(l, (MaxPool2dLayer, FlattenLayer)) for l in layers[index + 1:]):
         raise ValueError(f"{where} has no quantized Conv2d or Linear before it to fuse into")
-    layer = layers[index]
+    layers[index] = with_relu(layers[index])
+
+
+def with_relu(layer):
+    """``layer`` (a Conv2d, Linear or add) with a ReLU fused into its clamp."""
     clamp_min = max(layer.requant.clamp_min, sem.relu_clamp_min(layer.requant.zero_point, True))
-    layers[index] = replace(layer, requant=replace(layer.requant, clamp_min=clamp_min))
+    return replace(layer, requant=replace(layer.requant, clamp_min=clamp_min))
 
 
 def compare_codes(ours: torch.Tensor, theirs: torch.Tensor) -> dict:

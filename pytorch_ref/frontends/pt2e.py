@@ -42,7 +42,7 @@ from pytorch_ref.frontends.float_model import ClampOp, FlattenOp, MaxPoolOp, max
 from pytorch_ref.frontends.quantize import make_add, make_concat
 from pytorch_ref.frontends.graph import Registry, Step, walk
 from pytorch_ref.frontends.imported import check_symmetric, code_offset, compare_codes, our_codes, \
-    weighted_layer
+    weighted_layer, with_relu
 from pytorch_ref.ir import integer_semantics as sem
 from pytorch_ref.ir.quantized_model import (AddLayer, Conv2dLayer, DenseLayer, FlattenLayer, MaxPool2dLayer,
                                             QuantizedModel, QuantParams)
@@ -371,8 +371,7 @@ class _Segments:
         if not isinstance(layer, (DenseLayer, Conv2dLayer, AddLayer)) or (t != tensor and self.readers(t) > 1):
             raise ValueError(f"{op.where} has no quantized Conv2d, Linear or add before it to fuse into (only "
                              f"max-pooling and flattening, read by nothing else, may stand between them)")
-        clamp_min = max(layer.requant.clamp_min, sem.relu_clamp_min(layer.requant.zero_point, True))
-        self.layers[t - 1] = replace(layer, requant=replace(layer.requant, clamp_min=clamp_min))
+        self.layers[t - 1] = with_relu(layer)
 
     def readers(self, t: int) -> int:
         """How many ops read our tensor ``t``: the users of the dequantizes of its

@@ -61,19 +61,20 @@ def make_add(name: str, a: QuantParams, b: QuantParams, output: QuantParams,
     """The residual add of inputs quantized as ``a`` and ``b`` to ``output``, clamped to
     ``[low, high]`` (reals; see :func:`~pytorch_ref.ir.integer_semantics.add_weights`)."""
     w_a, w_b, real = sem.add_weights(a.scale, b.scale, output.scale)
-    multiplier, shift = sem.quantize_multiplier(real)
-    clamp_min, clamp_max = sem.activation_clamp(output.scale, output.zero_point, low, high)
-    return AddLayer(name, (a, b), output, (w_a, w_b),
-                    Requantization(np.array([multiplier], dtype=np.int64), np.array([shift], dtype=np.int64),
-                                   output.zero_point, clamp_min, clamp_max))
+    clamp = sem.activation_clamp(output.scale, output.zero_point, low, high)
+    return AddLayer(name, (a, b), output, (w_a, w_b), _one_channel_requantization(real, output, clamp))
 
 
 def make_concat(name: str, inputs: list[QuantParams], output: QuantParams) -> ConcatLayer:
     """The concatenation of inputs quantized as ``inputs`` to ``output`` (see
     ``integer_semantics``, "Concatenation")."""
-    requants = []
-    for q in inputs:
-        multiplier, shift = sem.quantize_multiplier(q.scale / output.scale)
-        requants.append(Requantization(np.array([multiplier], dtype=np.int64), np.array([shift], dtype=np.int64),
-                                       output.zero_point, sem.ACTIVATION_MIN, sem.ACTIVATION_MAX))
-    return ConcatLayer(name, tuple(inputs), output, tuple(requants))
+    full = (sem.ACTIVATION_MIN, sem.ACTIVATION_MAX)
+    requants = tuple(_one_channel_requantization(q.scale / output.scale, output, full) for q in inputs)
+    return ConcatLayer(name, tuple(inputs), output, requants)
+
+
+def _one_channel_requantization(real_scale: float, output: QuantParams, clamp: tuple[int, int]) -> Requantization:
+    """The requantization by ``real_scale`` to ``output``, clamped, that serves every channel."""
+    multiplier, shift = sem.quantize_multiplier(real_scale)
+    return Requantization(np.array([multiplier], dtype=np.int64), np.array([shift], dtype=np.int64),
+                          output.zero_point, *clamp)
