@@ -283,7 +283,10 @@ def test_op_table_holds_each_ops_constants():
                         "out_channels": op.dest.channels if op.dest.packed_lanes
                         else op.n_tiles * program.config.cols, "out_base": op.dest.base,
                         "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base,
-                        "diagonal": int(op.diagonal)}
+                        "diagonal": int(op.diagonal), "out_nt_step": program.config.cols,
+                        "taps_on_rows": 0, "taps": dict.fromkeys(
+                            ("in_plane", "in_image", "row_start", "out_col", "out_row", "out_image", "out_nt",
+                             "images"), 0)}
                 assert _as_dict(ctx.get(dut.gemm)) == want, op.name
                 assert ctx.get(dut.zero_point) == op.input_zero_point
             else:

@@ -54,6 +54,27 @@ Weight tile ``(nt, i, j, ct)`` holds ``w[nt*cols + c, ct*rows + r, i, j]`` at PE
 A layer's tiles are packed at its weight width (:mod:`hdl.compiler.weight_packing`).
 The zero point of the input is folded into the bias: ``bias_eff = bias - zp * sum(w)``;
 padding taps read the zero point, so they add ``zp * w`` that the fold removes.
+
+Depthwise convolutions with their taps on the rows
+--------------------------------------------------
+A depthwise convolution's output channel reads one input channel, so the array's usual
+mapping (input channels on the rows, output channels on the columns) leaves all but one
+PE of a column idle. Where ``cols`` is the bank width, a *taps-on-rows* op puts kernel
+taps on the rows and the ``cols`` channels of one activation word on the columns: row
+``r`` of tap tile ``k`` receives the whole word of tap ``k * rows + r`` of the window,
+and PE ``(r, c)`` multiplies its lane ``c``. A window buffer in the GEMM engine holds
+``kh`` input rows of ``kw`` words; each new output pixel pushes ``sy`` rows into it (``kh``
+at the top of a column), one read each. Its input is stored *planar*: word ``g`` of pixel
+``p`` at ``base + g * P + p`` (``P`` pixels of the batch), so that a window row's ``kw``
+words are consecutive and one read returns them. The schedule::
+
+    for nt in range(n_tiles):                  # channel word
+      for image, ox:                           # output columns, top to bottom
+        for oy in range(out_h):                # max(sy, tap tiles) cycles each (after the first)
+          push kh (oy = 0) or sy rows, the last push with tap tile 0
+          tap tiles 1 ... ceil(kh * kw / rows) - 1, beside the next pixel's pushes
+
+A tensor is planar when a Conv2d or Linear writes it and every reader is such an op.
 """
 from __future__ import annotations
 
@@ -84,6 +105,7 @@ class TensorPlacement:
     words_per_pixel: int
     images: int = 1
     packed_lanes: int = 0       # B when the tensor is packed (see the module docstring), else 0
+    planar: bool = False        # words of one channel word of all pixels together (see the module docstring)
 
     @property
     def pixels(self) -> int:
@@ -155,6 +177,8 @@ class GemmOp(WindowOp):
     #: A channel-wise op (see ``_Lowering.channelwise``): output tile ``nt`` reads its input
     #: channel tiles from word ``nt`` of each pixel on (``cols`` channels a word).
     diagonal: bool = False
+    #: A taps-on-rows depthwise op (see the module docstring): its tap tiles; 0: not one.
+    tap_tiles: int = 0
 
     @property
     def folded(self) -> bool:
@@ -171,11 +195,34 @@ class GemmOp(WindowOp):
 
     @property
     def k_tiles(self) -> int:
-        return self.kernel[0] * self.taps_per_row
+        return self.tap_tiles or self.kernel[0] * self.taps_per_row
+
+    @property
+    def compute_steps(self) -> int:
+        """Steps that use the array: one weight tile each."""
+        return self.n_tiles * self.k_tiles * self.pixels
 
     @property
     def steps(self) -> int:
-        return self.n_tiles * self.k_tiles * self.pixels
+        """Cycles the step generator issues: the compute steps, and for a taps-on-rows op
+        the window buffer's pushes that no compute step shares."""
+        if not self.tap_tiles:
+            return self.compute_steps
+        d = self.dest
+        column = self.kernel[0] + (d.height - 1) * self.slot_cycles + self.tap_tiles - 1
+        return self.n_tiles * d.images * d.width * column
+
+    @property
+    def slot_cycles(self) -> int:
+        """A taps-on-rows op's cycles per output pixel after a column's first:
+        ``max(sy, tap_tiles)`` (see :mod:`hdl.gateware.taps_on_rows_steps`)."""
+        return max(self.stride[0], self.tap_tiles)
+
+    @property
+    def window_depth(self) -> int:
+        """Rows of the window buffer a taps-on-rows op needs: its kernel's, and the rows
+        pushed for the next output pixel while this one's last tiles compute."""
+        return self.kernel[0] + min(self.stride[0], self.tap_tiles) - 1
 
 
 @dataclass(frozen=True)
@@ -307,11 +354,14 @@ def _fold_zero_point(bias: np.ndarray, zero_point: int, kernel: np.ndarray) -> n
 
 
 class _Lowering:
-    def __init__(self, model: QuantizedModel, config: AcceleratorConfig, batch: int, stack_input_rows: bool):
+    def __init__(self, model: QuantizedModel, config: AcceleratorConfig, batch: int, stack_input_rows: bool,
+                 depthwise_taps_on_rows: bool = True):
         self.model, self.config, self.batch = model, config, batch
         self.ops = []
         self.words, self.params = [], []
         self.inside: dict[int, tuple[int, int]] = {}        # see written_in_place
+        self.allow_taps_on_rows = depthwise_taps_on_rows
+        self.planar = self.planar_tensors()
         only_reader = [index for index, reads in enumerate(model.layer_inputs) if 0 in reads] == [0]
         self.stacking = (self.row_stacking(model.layers[0], model.shapes[0])
                          if stack_input_rows and only_reader else None)
@@ -322,6 +372,34 @@ class _Lowering:
         else:
             c, h, w = shape
         return TensorPlacement(base, c, h, w, _ceil_div(c, self.config.bank_width), self.batch)
+
+    def taps_on_rows_fits(self, layer) -> bool:
+        """Whether ``layer`` is a depthwise convolution that can run taps-on-rows (see the
+        module docstring): a bank word is ``cols`` channels, a window row fits one read,
+        and each output pixel's new rows fit the window."""
+        cfg = self.config
+        if not (self.allow_taps_on_rows and self.is_depthwise(layer) and cfg.bank_width == cfg.cols):
+            return False
+        kh, kw = layer.weight.shape[2:]
+        return kw <= READ_WORDS and layer.stride[0] <= kh
+
+    def planar_tensors(self) -> set[int]:
+        """The stored tensors kept planar: written by a Conv2d or Linear, read only by
+        taps-on-rows ops (and not the model's output)."""
+        layers, reads = self.model.layers, self.model.layer_inputs
+        output = self.stored(len(layers))
+        planar = set()
+        for t in range(1, len(layers) + 1):
+            if t == output or self.stored(t) != t or not isinstance(layers[t - 1], (Conv2dLayer, DenseLayer)):
+                continue
+            readers = self.consumers(t)
+            if readers and all(self.taps_on_rows_fits(layers[i]) and list(reads[i]) == [t] for i in readers):
+                planar.add(t)
+        return planar
+
+    def runs_taps_on_rows(self, index: int) -> bool:
+        """Whether layer ``index`` runs as a taps-on-rows op: its input is planar."""
+        return self.model.layer_inputs[index][0] in self.planar
 
     def run(self) -> Program:
         cfg, model = self.config, self.model
@@ -341,6 +419,8 @@ class _Lowering:
                 self.ops.append(self.add(layer, *sources, dest))
             elif isinstance(layer, ConcatLayer):
                 self.ops.extend(self.concat(layer, reads[index], sources, dest))
+            elif self.runs_taps_on_rows(index):
+                self.ops.append(self.depthwise_taps_on_rows(layer, sources[0], dest))
             elif self.runs_diagonal(layer):
                 self.ops.append(self.depthwise(layer, sources[0], dest))
             elif isinstance(layer, (DenseLayer, Conv2dLayer)):
@@ -443,6 +523,8 @@ class _Lowering:
         if t == 0 and self.stacking:
             shape = self.stacking.stacked_shape(shape)
         placement = self.placement(shape, 0)
+        if t in self.planar:
+            return dataclasses.replace(placement, planar=True), placement.words
         consumers = [layers[index] for index in self.consumers(t)]
         producer = layers[t - 1] if t else None
         writes_packed = (producer is None or isinstance(producer, (Conv2dLayer, DenseLayer, AddLayer))
@@ -595,6 +677,27 @@ class _Lowering:
         return self.channelwise(layer.name, weights, bias, layer.requant, zp_in, tuple(layer.stride),
                                 tuple(layer.padding), source, dest, layer.weight_bits)
 
+    def depthwise_taps_on_rows(self, layer: Conv2dLayer, source: TensorPlacement, dest: TensorPlacement) -> GemmOp:
+        """A depthwise convolution as a taps-on-rows op (see the module docstring): weight
+        tile ``(nt, k)`` holds ``w[nt * cols + c, tap k * rows + r]`` at PE ``(r, c)``, taps
+        in raster order ``i * kw + j``."""
+        cfg = self.config
+        rows, cols = cfg.rows, cfg.cols
+        zp_in = layer.input_quant.zero_point
+        weights = layer.weight[:, 0].astype(np.int64)                       # [C, kh, kw]
+        channels, kh, kw = weights.shape
+        tap_tiles, nt_count = _ceil_div(kh * kw, rows), _ceil_div(channels, cols)
+        taps = np.zeros((nt_count * cols, tap_tiles * rows), dtype=np.int64)
+        taps[:channels, :kh * kw] = weights.reshape(channels, -1)
+        tiles = [taps[nt * cols:(nt + 1) * cols, k * rows:(k + 1) * rows].T
+                 for nt in range(nt_count) for k in range(tap_tiles)]
+        bias = _fold_zero_point(layer.bias, zp_in, weights)
+        weight_base, param_base, need = self.emit(layer.name, tiles, weights[:, None], bias, layer.requant,
+                                                  layer.weight_bits)
+        return GemmOp(layer.name, source, dest, (kh, kw), tuple(layer.stride), tuple(layer.padding), 1, nt_count,
+                      1, weight_base, param_base, zp_in, dest.pixels * channels * kh * kw, need, 0,
+                      layer.weight_bits, False, tap_tiles)
+
     @staticmethod
     def is_depthwise(layer) -> bool:
         """A convolution whose output channel ``c`` reads only input channel ``c``."""
@@ -647,7 +750,7 @@ class _Lowering:
         rows, cols = cfg.rows, cfg.cols
         n_out, c_in, kh, kw = kernel.shape
         ct_count, nt_count = _ceil_div(c_in, rows), _ceil_div(n_out, cols)
-        param_base, tiles = len(self.params), []
+        tiles = []
         padded = np.zeros((nt_count * cols, ct_count * rows, kh, kw), dtype=np.int64)
         padded[:n_out, :c_in] = kernel
         row_tiles = _ceil_div(kw * c_in, rows) if source.packed_lanes else 0
@@ -666,21 +769,31 @@ class _Lowering:
                         for ct in range(ct_count):
                             tile = padded[nt * cols:(nt + 1) * cols, ct * rows:(ct + 1) * rows, i, j]
                             tiles.append(tile.T)                          # [rows, cols]
+        weight_base, param_base, need = self.emit(name, tiles, kernel, bias_eff, rq, weight_bits)
+        pixels = dest.pixels
+        return GemmOp(name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
+                      min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs, need,
+                      row_tiles, weight_bits, diagonal)
+
+    def emit(self, name: str, tiles: list[np.ndarray], kernel: np.ndarray, bias_eff: np.ndarray, rq,
+             weight_bits: int) -> tuple[int, int, int]:
+        """Add an op's weight ``tiles`` (``[rows, cols]`` each) and its parameters (one word
+        per tile of ``cols`` output channels of ``kernel``, ``[N, C, kh, kw]``) to the
+        images; returns its weight base, parameter base and accumulator bits needed."""
+        cols, n_out = self.config.cols, len(kernel)
         weight_base = weight_packing.tile_address(sum(len(w) for w in self.words), weight_bits)
         self.words.append(weight_packing.pack_tiles(np.array(tiles), weight_bits))
         need = self.check_accumulator(name, kernel, bias_eff)
         multiplier, shift = (np.broadcast_to(v, (n_out,)) for v in (rq.multiplier, rq.shift))
-        for nt in range(nt_count):
+        param_base = len(self.params)
+        for nt in range(_ceil_div(n_out, cols)):
             lanes = range(nt * cols, (nt + 1) * cols)
             self.params.append((
                 [int(bias_eff[n]) if n < n_out else 0 for n in lanes],
                 [int(multiplier[n]) if n < n_out else 0 for n in lanes],
                 [int(shift[n]) if n < n_out else 1 for n in lanes],
                 rq.zero_point, rq.clamp_min, rq.clamp_max))
-        pixels = dest.pixels
-        return GemmOp(name, source, dest, (kh, kw), stride, padding, ct_count, nt_count,
-                      min(pixels, cfg.accumulator_depth), weight_base, param_base, zp_in, macs, need,
-                      row_tiles, weight_bits, diagonal)
+        return weight_base, param_base, need
 
     def check_accumulator(self, name: str, kernel: np.ndarray, bias: np.ndarray):
         """Prove that no int8 input overflows the accumulators. The hardware adds raw codes
@@ -708,15 +821,16 @@ class _Lowering:
 
 
 def lower(model: QuantizedModel, config: AcceleratorConfig, batch: int = 1, *,
-          stack_input_rows: bool = True) -> Program:
+          stack_input_rows: bool = True, depthwise_taps_on_rows: bool = True) -> Program:
     """Compile ``model`` for ``config``, ``batch`` inputs per inference; raises
     ``ValueError`` naming the layer that cannot fit. ``stack_input_rows=False`` never
     stacks the input's rows (see the module docstring), which the lowering otherwise does
-    where that saves cycles."""
+    where that saves cycles; ``depthwise_taps_on_rows=False`` runs no depthwise
+    convolution taps-on-rows (they run as channel-wise ops)."""
     if not isinstance(model, QuantizedModel):
         raise TypeError(f"model must be a QuantizedModel, not {type(model).__name__}")
     if not isinstance(config, AcceleratorConfig):
         raise TypeError(f"config must be an AcceleratorConfig, not {type(config).__name__}")
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ValueError(f"batch must be a positive integer, not {batch!r}")
-    return _Lowering(model, config, batch, stack_input_rows).run()
+    return _Lowering(model, config, batch, stack_input_rows, depthwise_taps_on_rows).run()

@@ -57,7 +57,7 @@ class ActivationMemory(wiring.Component):
     """Members
     -------
     reader: In, who owns the read port.
-    gemm_read: In, two words a read; pool_read: In, ``pool_words``; output_read: In, one.
+    gemm_read: In, ``gemm_words`` words a read; pool_read: In, ``pool_words``; output_read: In, one.
     load, gemm_write, pool_write: In, write streams, in priority order; ``load`` writes
     ``load_words`` consecutive words at once, ``gemm_write`` ``gemm_write_words``.
     """
@@ -66,9 +66,9 @@ class ActivationMemory(wiring.Component):
     READ_LATENCY = 2
 
     def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int, load_words: int = 1,
-                 pool_words: int = BANKS, gemm_write_words: int = 1):
+                 pool_words: int = BANKS, gemm_write_words: int = 1, gemm_words: int = 2):
         self._depth, self._lanes, self._data_bits = depth, lanes, data_bits
-        self._readers = {Reader.GEMM: ("gemm_read", 2), Reader.POOL: ("pool_read", pool_words),
+        self._readers = {Reader.GEMM: ("gemm_read", gemm_words), Reader.POOL: ("pool_read", pool_words),
                         Reader.OUTPUT: ("output_read", 1)}
         members = {"reader": In(Reader)}
         members |= {name: In(window_read_port(addr_bits, lanes, data_bits, words))

@@ -21,16 +21,16 @@ read; a write in the cycle after it (the previous step's, to the same address: b
 dense layers accumulate one address every cycle) is forwarded from the register that
 holds it.
 """
-from amaranth import Cat, Module, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.config import AcceleratorConfig
 from hdl.gateware.pipeline import delayed
-from hdl.compiler.program import Program
+from hdl.compiler.program import READ_WORDS, Program
 from hdl.gateware.requantizer import Requantizer, requant_params_layout
 from hdl.gateware.activation_memory import ActivationMemory, window_read_port, write_port
-from hdl.gateware.step_generator import step_layout, step_stream
+from hdl.gateware.step import step_layout, step_stream
 from hdl.gateware.systolic_array import SystolicArray
 from hdl.gateware.weight_memory import WeightMemory
 from hdl.compiler.widths import Widths, bits_for
@@ -67,10 +67,12 @@ class GemmEngine(wiring.Component):
         cfg: AcceleratorConfig = program.config
         self._program, self._cfg, self._w = program, cfg, widths
         self._packed = self.write_words_for(program) == 2
+        self._taps = self.taps_on_rows_kernels(program)
         members = {
             "steps": In(step_stream(widths, cfg)),
             "zero_point": In(signed(cfg.data_bits)),
-            "read": Out(window_read_port(widths.act_addr, cfg.bank_width, cfg.data_bits, 2)),
+            "read": Out(window_read_port(widths.act_addr, cfg.bank_width, cfg.data_bits,
+                                         self.read_words_for(program))),
             "write": Out(write_port(widths.act_addr, cfg.bank_width, cfg.data_bits,
                                     self.write_words_for(program))),
         }
@@ -85,6 +87,18 @@ class GemmEngine(wiring.Component):
         """Words one write spans: two when a packed destination's lanes can straddle words."""
         return 2 if any(op.dest.packed_lanes for op in program.gemm_ops) else 1
 
+    @staticmethod
+    def taps_on_rows_kernels(program: Program) -> list[tuple[int, int, int, int]]:
+        """``(kh, kw, tap tiles, window depth)`` of the program's taps-on-rows ops, sorted,
+        without repeats."""
+        return sorted({op.kernel + (op.tap_tiles, op.window_depth) for op in program.gemm_ops if op.tap_tiles})
+
+    @classmethod
+    def read_words_for(cls, program: Program) -> int:
+        """Words one read returns: two (a folded tile straddles two), or with taps-on-rows
+        ops a whole window row (:data:`READ_WORDS`)."""
+        return READ_WORDS if cls.taps_on_rows_kernels(program) else 2
+
     #: Cycles from a step to its vector entering the array (memory read, lane select).
     INPUT_LATENCY = ActivationMemory.READ_LATENCY + 1
 
@@ -98,6 +112,47 @@ class GemmEngine(wiring.Component):
         """Cycles from a step to its (last) write reaching the activation memory."""
         return self.sum_latency + 1 + Requantizer.LATENCY
 
+    def _window(self, m, step1, push):
+        """The window buffer of taps-on-rows ops: rows of ``kw`` words (the ops' deepest
+        window, :attr:`GemmOp.window_depth`, and widest kernel), a push shifting them up with
+        the read's words as the bottom row (padding words the zero point). Returns each
+        array row's word for ``step1``: tap ``tap_tile * rows + r`` of its kernel, ``(i, j)``
+        in raster order, in the window that ends ``depth`` rows above the bottom after the
+        push; rows past the taps read zero (their weights are zero)."""
+        cfg, bits = self._cfg, self._cfg.data_bits
+        rows, lanes = cfg.rows, cfg.bank_width
+        word = data.ArrayLayout(signed(bits), lanes)
+        kh_max = max(depth for _, _, _, depth in self._taps)
+        kw_max = max(kw for _, kw, _, _ in self._taps)
+        window = [[Signal(word, name=f"window_{i}_{j}") for j in range(kw_max)] for i in range(kh_max)]
+        after = [[Signal(word, name=f"window_next_{i}_{j}") for j in range(kw_max)] for i in range(kh_max)]
+        for i in range(kh_max):
+            for j in range(kw_max):
+                if i < kh_max - 1:
+                    pushed = window[i + 1][j]
+                else:
+                    pushed = Signal(word, name=f"pushed_{j}")
+                    read = self.read.data.as_value()[j * lanes * bits:(j + 1) * lanes * bits]
+                    with m.If(step1.pad_words[j]):
+                        m.d.comb += [pushed[c].eq(self.zero_point) for c in range(lanes)]
+                    with m.Else():
+                        m.d.comb += pushed.eq(read)
+                m.d.comb += after[i][j].eq(Mux(push, pushed, window[i][j]))
+                m.d.sync += window[i][j].eq(after[i][j])
+        tap_words = [Signal(word, name=f"tap_word_{r}") for r in range(rows)]
+        for kh, kw, tiles, depth in self._taps:
+            with m.If((step1.kh == kh) & (step1.kw == kw)):
+                with m.Switch(Cat(step1.tap_tile, step1.depth)):
+                    for k in range(tiles):
+                        for above in range(depth - kh + 1):
+                            with m.Case(k | (above << len(step1.tap_tile))):
+                                for r in range(rows):
+                                    t = k * rows + r
+                                    if t < kh * kw:
+                                        i, j = divmod(t, kw)
+                                        m.d.comb += tap_words[r].eq(after[kh_max - above - kh + i][j])
+        return tap_words
+
     @staticmethod
     def _load_into(m, mem: memory.Memory, load):
         port = mem.write_port()
@@ -110,7 +165,8 @@ class GemmEngine(wiring.Component):
         # The step with its valid bit, carried down the pipeline as one value.
         layout = step_layout(w, cfg)
         step = Signal(data.StructLayout({"valid": 1, **layout.members}))
-        m.d.comb += step.eq(Cat(self.steps.valid, self.steps.payload))
+        # ``valid``: the step uses the array (a push-only step only reads).
+        m.d.comb += step.eq(Cat(self.steps.valid & ~self.steps.payload.push_only, self.steps.payload))
 
         # Activation read and lane selection.
         m.d.comb += self.read.addr.eq(step.act_addr)
@@ -124,12 +180,26 @@ class GemmEngine(wiring.Component):
                 with m.Case(lane):
                     for r in range(rows):
                         m.d.comb += x_vec[r].eq(self.read.data[lane + r])
-        x_reg = Signal.like(x_vec)
+        x_sel = Signal.like(x_vec)
         for r in range(rows):
             with m.If(step1.pad | (step1.row_lo > r) | (step1.row_hi <= r)):
-                m.d.sync += x_reg[r].eq(self.zero_point)
+                m.d.comb += x_sel[r].eq(self.zero_point)
             with m.Else():
-                m.d.sync += x_reg[r].eq(x_vec[r])
+                m.d.comb += x_sel[r].eq(x_vec[r])
+        if self._taps:
+            # Every row gets a word: taps-on-rows steps a window word, the others their
+            # activation in every lane.
+            push = delayed(m, self.steps.valid & self.steps.payload.push, ActivationMemory.READ_LATENCY, "push")
+            tap_words = self._window(m, step1, push)
+            x_reg = Signal(data.ArrayLayout(data.ArrayLayout(signed(bits), cols), rows))
+            for r in range(rows):
+                with m.If(step1.taps_on_rows):
+                    m.d.sync += x_reg[r].eq(tap_words[r])
+                with m.Else():
+                    m.d.sync += [x_reg[r][c].eq(x_sel[r]) for c in range(cols)]
+        else:
+            x_reg = Signal.like(x_vec)
+            m.d.sync += x_reg.eq(x_sel)
 
         # Weights: diagonal d's weight must be there when the vector reaches PE (r, c),
         # d = r + c cycles after it entered the array at t + INPUT_LATENCY.
@@ -141,7 +211,8 @@ class GemmEngine(wiring.Component):
         m.d.comb += [weights.addr.eq(delayed(m, step.w_addr, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_addr")),
                      weights.bits.eq(delayed(m, step.w_bits, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_bits"))]
 
-        m.submodules.array = array = SystolicArray(rows, cols, bits, cfg.accumulator_bits)
+        m.submodules.array = array = SystolicArray(rows, cols, bits, cfg.accumulator_bits,
+                                                   lane_inputs=bool(self._taps))
         m.d.comb += [array.x.eq(x_reg), array.weights.eq(weights.weights)]
 
         # Accumulate at the array's output.

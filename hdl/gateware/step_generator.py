@@ -25,6 +25,8 @@ from hdl.compiler.widths import Widths, bits_for
 from hdl.config import AcceleratorConfig
 from hdl.gateware.pipeline import delay_line, delayed
 from hdl.gateware.shift_add import shift_add_product
+from hdl.gateware.step import step_layout, step_stream
+from hdl.gateware.taps_on_rows_steps import TapsOnRowsSteps, taps_on_rows_layout, taps_on_rows_params
 from hdl.gateware.weight_memory import WEIGHT_BITS_SHAPE
 from hdl.gateware.window import (FoldedWindowAddress, WindowAddress, divmod_by_constant, window_layout,
                                 window_params)
@@ -41,6 +43,9 @@ def gemm_params_layout(w: Widths) -> data.StructLayout:
         "out_base": unsigned(w.act_addr),
         "w_base": unsigned(w.weight_addr), "w_bits": WEIGHT_BITS_SHAPE, "p_base": unsigned(w.param_addr),
         "diagonal": 1,                       # channel tiles start at word nt of the pixel (GemmOp.diagonal)
+        "out_nt_step": unsigned(w.act_element),   # elements from one output tile to the next
+        "taps_on_rows": 1,                   # a taps-on-rows op: its steps come from TapsOnRowsSteps
+        "taps": taps_on_rows_layout(w),
     })
 
 
@@ -49,38 +54,20 @@ def gemm_params(op: GemmOp, config: AcceleratorConfig) -> dict:
     element ``p * out_stride`` of the destination (its words times the bank width, or its
     channels when packed); a packed destination's last tile writes only its channels."""
     dest = op.dest
+    out_stride = dest.pixel_stride * (1 if dest.packed_lanes else config.bank_width)
+    if dest.planar:                  # word nt * pixels + p
+        out_stride, out_nt_step = config.bank_width, dest.pixels * config.bank_width
+    else:
+        out_nt_step = config.cols
     return {"window": window_params(op.source, op.dest, op.kernel, op.stride, op.padding),
             "folded": int(op.folded), "taps_w": op.row_tiles if op.folded else op.kernel[1],
             "ct_count": 1 if op.folded else op.channel_tiles, "k_tiles": op.k_tiles, "nt_count": op.n_tiles,
             "block": op.block, "pixels": op.pixels,
-            "out_stride": dest.pixel_stride * (1 if dest.packed_lanes else config.bank_width),
+            "out_stride": out_stride,
             "out_channels": dest.channels if dest.packed_lanes else op.n_tiles * config.cols,
             "out_base": op.dest.base, "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base,
-            "diagonal": int(op.diagonal)}
-
-
-def step_layout(w: Widths, cfg: AcceleratorConfig) -> data.StructLayout:
-    """One step: where its activations, weights, accumulators, parameters and results are.
-
-    The activations are the ``rows`` lanes from lane ``lane`` of word ``act_addr`` on (into
-    the next word when they run past it); rows outside ``[row_lo, row_hi)``, and all rows
-    when ``pad``, read the zero point instead. The results are the ``out_count`` lanes
-    from lane ``out_lane`` of word ``out_addr`` on (into the next word when the destination
-    is packed)."""
-    return data.StructLayout({
-        "act_addr": unsigned(w.act_addr), "lane": range(cfg.bank_width), "pad": 1,
-        "row_lo": range(cfg.rows + 1), "row_hi": range(cfg.rows + 1),
-        "w_addr": unsigned(w.weight_addr), "w_bits": WEIGHT_BITS_SHAPE,
-        "first": 1, "last": 1,
-        "acc_addr": unsigned(w.acc_addr),
-        "p_addr": unsigned(w.param_addr),
-        "out_addr": unsigned(w.act_addr), "out_lane": range(cfg.bank_width), "out_count": range(cfg.cols + 1),
-    })
-
-
-def step_stream(w: Widths, cfg: AcceleratorConfig) -> stream.Signature:
-    """Steps flow without back-pressure: the array takes one every cycle."""
-    return stream.Signature(step_layout(w, cfg), always_ready=True)
+            "diagonal": int(op.diagonal), "out_nt_step": out_nt_step,
+            "taps_on_rows": int(bool(op.tap_tiles)), "taps": taps_on_rows_params(op, config)}
 
 
 class StepGenerator(wiring.Component):
@@ -91,6 +78,8 @@ class StepGenerator(wiring.Component):
     widths: the program's :class:`Widths`.
     config: the array's configuration.
     folding: whether any op is folded (adds a :class:`FoldedWindowAddress`).
+    taps_on_rows: whether any op runs taps-on-rows (adds a :class:`TapsOnRowsSteps`, which
+    issues that op's steps).
 
     Members
     -------
@@ -100,8 +89,8 @@ class StepGenerator(wiring.Component):
     steps: Out stream, registered.
     """
 
-    def __init__(self, widths: Widths, config: AcceleratorConfig, folding: bool = False):
-        self._w, self._cfg, self._folding = widths, config, folding
+    def __init__(self, widths: Widths, config: AcceleratorConfig, folding: bool = False, taps_on_rows: bool = False):
+        self._w, self._cfg, self._folding, self._taps_on_rows = widths, config, folding, taps_on_rows
         self._in_groups = config.bank_width // config.rows
         super().__init__({
             "params": In(gemm_params_layout(widths)),
@@ -129,6 +118,7 @@ class StepGenerator(wiring.Component):
         i, j = Signal(w.coord), Signal(w.coord)
         ct_word, ct_group = Signal(w.coord), Signal(bits_for(self._in_groups - 1))
         nt_first = Signal(w.act_element)                   # nt * cols: the tile's first channel
+        nt_out = Signal(w.act_element)                     # nt * out_nt_step: the tile's first output element
         m0, cnt = Signal(w.pixel), Signal(w.tile)          # block's first pixel; pixel in block
         w_nt_base = Signal(w.weight_addr)
         # Raster position of the current pixel, and of the block's first one.
@@ -147,7 +137,7 @@ class StepGenerator(wiring.Component):
         end_of_k = end_of_ct & end_of_j & (i == g.kh - 1)
         end_of_m = (m0 + block_len) == p.pixels
         # Carries: each level advances when every level inside it wraps.
-        start = ~self.busy & self.start                    # ignored until the last step has left
+        start = ~self.busy & self.start & ~p.taps_on_rows   # ignored until the last step has left
         next_pixel = running & ~end_of_block
         next_tap = running & end_of_block & ~end_of_k          # same block, next kt
         next_block = running & end_of_block & end_of_k & ~end_of_m
@@ -203,12 +193,12 @@ class StepGenerator(wiring.Component):
         with m.Elif(next_tile):
             m.d.sync += [nt.eq(nt + 1), w_nt_base.eq(w_nt_base + p.k_tiles)]
         with m.If(start):
-            m.d.sync += nt_first.eq(0)
+            m.d.sync += [nt_first.eq(0), nt_out.eq(0)]
         with m.Elif(next_tile):
-            m.d.sync += nt_first.eq(nt_first + self._cfg.cols)
+            m.d.sync += [nt_first.eq(nt_first + self._cfg.cols), nt_out.eq(nt_out + p.out_nt_step)]
 
         return SimpleNamespace(running=running, nt=nt, kt=kt, i=i, j=j, ct_word=ct_word, ct_group=ct_group,
-                               nt_first=nt_first, pixel=m0 + cnt, cnt=cnt,
+                               nt_first=nt_first, nt_out=nt_out, pixel=m0 + cnt, cnt=cnt,
                                w_nt_base=w_nt_base, oy=oy, ox=ox, ibase=ibase, end_of_k=end_of_k)
 
     def elaborate(self, platform):
@@ -220,7 +210,7 @@ class StepGenerator(wiring.Component):
         layout = step_layout(w, self._cfg)
         rows = self._cfg.rows
         s0, s0_valid = Signal(layout), Signal()
-        s0_pixel, s0_nt_first = Signal(w.pixel), Signal(w.act_element)
+        s0_pixel, s0_nt_out = Signal(w.pixel), Signal(w.act_element)
         s0_count = Signal(range(self._cfg.cols + 1))
         m.submodules.window = window = WindowAddress(w)
         m.d.sync += [
@@ -232,7 +222,7 @@ class StepGenerator(wiring.Component):
             window.tap.oy.eq(n.oy), window.tap.ox.eq(n.ox), window.tap.i.eq(n.i), window.tap.j.eq(n.j),
             window.tap.image_base.eq(n.ibase),
             window.tap.word.eq(n.ct_word + Mux(p.diagonal, n.nt, 0)),
-            s0_pixel.eq(n.pixel), s0_nt_first.eq(n.nt_first),
+            s0_pixel.eq(n.pixel), s0_nt_out.eq(n.nt_out),
         ]
         # The tile's channels that exist: all cols, but in a packed destination's last tile.
         cols = self._cfg.cols
@@ -247,7 +237,7 @@ class StepGenerator(wiring.Component):
         out_offset, out_element = Signal(w.act_element), Signal(w.act_element)
         out_word, out_lane, out_addr = Signal(w.act_addr), Signal(range(self._cfg.bank_width)), Signal(w.act_addr)
         m.d.sync += [out_offset.eq(shift_add_product(s0_pixel, p.out_stride, len(out_offset))),
-                     out_element.eq(out_offset + delayed(m, s0_nt_first, 1, "nt_first"))]
+                     out_element.eq(out_offset + delayed(m, s0_nt_out, 1, "nt_out"))]
         word, lane = divmod_by_constant(m, out_element, self._cfg.bank_width)
         m.d.sync += [out_word.eq(word), out_lane.eq(lane), out_addr.eq(p.out_base + out_word)]
         valid = delay_line(m, s0_valid, WindowAddress.LATENCY, "valid")
@@ -267,5 +257,12 @@ class StepGenerator(wiring.Component):
                 m.d.comb += [self.steps.payload.act_addr.eq(folded.addr), self.steps.payload.lane.eq(folded.lane),
                              self.steps.payload.row_lo.eq(folded.row_lo), self.steps.payload.row_hi.eq(folded.row_hi),
                              self.steps.payload.pad.eq(folded.pad)]
-        m.d.comb += self.busy.eq(n.running | Cat(*valid).any())
+        busy = n.running | Cat(*valid).any()
+        if self._taps_on_rows:
+            m.submodules.taps_on_rows = taps = TapsOnRowsSteps(w, self._cfg, gemm_params_layout(w))
+            m.d.comb += [taps.params.eq(p), taps.start.eq(self.start & p.taps_on_rows)]
+            with m.If(p.taps_on_rows):
+                m.d.comb += [self.steps.valid.eq(taps.steps.valid), self.steps.payload.eq(taps.steps.payload)]
+            busy |= taps.busy
+        m.d.comb += self.busy.eq(busy)
         return m

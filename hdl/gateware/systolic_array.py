@@ -19,18 +19,28 @@ class SystolicArray(wiring.Component):
     that a whole output vector leaves in one cycle, :attr:`latency` cycles after its input
     vector entered.
 
+    With ``lane_inputs``, every row takes a word of ``cols`` activations instead, and PE
+    ``(r, c)`` multiplies lane ``c`` of its row's word (delayed ``r + c`` cycles, as the
+    activation of a plain row would reach it): a taps-on-rows op (see
+    :mod:`hdl.compiler.program`) gives each column its own channel. A plain activation
+    is then the same value in every lane.
+
     Members
     -------
-    x: In, ``rows`` signed activations entering together.
+    x: In, ``rows`` signed activations entering together (``rows`` words of ``cols``
+    with ``lane_inputs``).
     weights: In, ``rows x cols`` signed weights (skewed, see above).
     y: Out, ``cols`` signed partial sums leaving together.
     """
 
-    def __init__(self, rows: int, cols: int, data_bits: int = 8, accumulator_bits: int = 32):
+    def __init__(self, rows: int, cols: int, data_bits: int = 8, accumulator_bits: int = 32,
+                 lane_inputs: bool = False):
         self._rows, self._cols = rows, cols
         self._data_bits, self._accumulator_bits = data_bits, accumulator_bits
+        self._lane_inputs = lane_inputs
+        row = data.ArrayLayout(signed(data_bits), cols) if lane_inputs else signed(data_bits)
         super().__init__({
-            "x": In(data.ArrayLayout(signed(data_bits), rows)),
+            "x": In(data.ArrayLayout(row, rows)),
             "weights": In(data.ArrayLayout(data.ArrayLayout(signed(data_bits), cols), rows)),
             "y": Out(data.ArrayLayout(signed(accumulator_bits), cols)),
         })
@@ -55,7 +65,9 @@ class SystolicArray(wiring.Component):
                 pe = pes[r][c]
                 m.submodules[f"pe_{r}_{c}"] = pe
                 m.d.comb += pe.weight.eq(self.weights[r][c])
-                if c == 0:
+                if self._lane_inputs:
+                    m.d.comb += pe.x_in.eq(delayed(m, self.x[r][c], r + c, f"skew_row{r}_lane{c}"))
+                elif c == 0:
                     m.d.comb += pe.x_in.eq(delayed(m, self.x[r], r, f"skew_row{r}"))
                 else:
                     m.d.comb += pe.x_in.eq(pes[r][c - 1].x_out)

@@ -97,11 +97,13 @@ class NeuralNetworkAccelerator(wiring.Component):
         m.submodules.pool = pool = PoolEngine.for_ops(w, lanes, bits, pool_ops)
         pool_words = max([1] + [op.read_words for op in pool_ops])
         m.submodules.activations = act = ActivationMemory(prog.activation_words, w.act_addr, lanes, bits,
-                                                          load_words, pool_words, GemmEngine.write_words_for(prog))
+                                                          load_words, pool_words, GemmEngine.write_words_for(prog),
+                                                          GemmEngine.read_words_for(prog))
         m.submodules.loader = loader = InputLoader(prog.input, prog.words_per_beat, cfg.input_bus_bits,
                                                    w.act_addr, lanes, bits, load_words)
         m.submodules.ops = ops = OpTable(prog, w)
-        m.submodules.steps = steps = StepGenerator(w, cfg, folding=any(op.folded for op in prog.gemm_ops))
+        m.submodules.steps = steps = StepGenerator(w, cfg, folding=any(op.folded for op in prog.gemm_ops),
+                                                   taps_on_rows=any(op.tap_tiles for op in prog.gemm_ops))
         m.submodules.gemm = gemm = GemmEngine(prog, w)
         m.submodules.output = output = OutputUnit(prog, w)
         m.submodules.sequencer = seq = Sequencer(len(prog.ops), gemm.write_latency)
@@ -126,7 +128,7 @@ class NeuralNetworkAccelerator(wiring.Component):
             act.reader.eq(seq.reader),
             output.start.eq(seq.output_start), seq.output_done.eq(output.done),
             perf.start.eq(loader.first_beat), perf.stop.eq(output.done),
-            perf.busy.eq(steps.steps.valid), perf.slot.eq(seq.phase),
+            perf.busy.eq(steps.steps.valid & ~steps.steps.payload.push_only), perf.slot.eq(seq.phase),
         ]
 
         input_ready = loader.beats.ready
