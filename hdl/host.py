@@ -4,7 +4,8 @@ A beat carries ``words_per_beat`` activation-memory words (see :mod:`hdl.compile
 ``w`` of the beat in bits ``[w * B * 8, (w + 1) * B * 8)``, lane ``l`` of a word in bits
 ``[l * 8, l * 8 + 8)`` as two's complement. The tensor is channels-last, each pixel's
 channels padded with zeros to a whole number of words, or packed without padding when the
-program's input is (see :mod:`hdl.compiler.program`). Where the program stacks the first
+program's input is, or planar (word 0 of every pixel, then word 1, ...) when only
+taps-on-rows depthwise convolutions read it (see :mod:`hdl.compiler.program`). Where the program stacks the first
 convolution's kernel rows into the input (``program.input_stacking``), :func:`pack_input`
 sends the stacked tensor.
 """
@@ -28,6 +29,8 @@ def tensor_to_words(placement: TensorPlacement, bank_width: int, codes: np.ndarr
         return packed.reshape(-1, bank_width)
     padded = np.zeros((p.images, p.height, p.width, p.words_per_pixel * bank_width), np.int8)
     padded[..., :p.channels] = nchw.transpose(0, 2, 3, 1)
+    if p.planar:                    # word g of every pixel, then word g + 1 ...
+        return padded.reshape(p.pixels, p.words_per_pixel, bank_width).transpose(1, 0, 2).reshape(-1, bank_width)
     return padded.reshape(-1, bank_width)
 
 
@@ -38,6 +41,8 @@ def words_to_tensor(placement: TensorPlacement, bank_width: int, words: np.ndarr
     words = np.asarray(words, dtype=np.int8)
     if p.packed_lanes:
         nhwc = words.reshape(-1)[:p.pixels * p.channels].reshape(p.images, p.height, p.width, p.channels)
+    elif p.planar:
+        nhwc = words.reshape(p.words_per_pixel, p.pixels, -1).transpose(1, 0, 2).reshape(p.images, p.height, p.width, -1)
     else:
         nhwc = words.reshape(p.images, p.height, p.width, -1)
     out = nhwc[..., :p.channels].transpose(0, 3, 1, 2)

@@ -222,6 +222,7 @@ def zoo_model_run(name: str, build_root: Path) -> tuple[dict, list[dict]]:
     total = {"model": name, "rows": config.rows, "cols": config.cols, "macs": macs, "cycles": cycles,
              "utilization": macs / (config.pes * cycles), "tiling_bound": bound, "efficiency": bound / cycles,
              "depthwise_cycles": sum(r["cycles"] for r in layers if r["kind"] == "depthwise"),
+             "depthwise_macs": sum(r["macs"] for r in layers if r["kind"] == "depthwise"),
              "build_seconds": report.build_seconds, "sim_seconds": report.wall_seconds}
     return total, layers
 
@@ -251,17 +252,21 @@ def print_zoo(totals: list[dict], layers: list[dict], fmax_mhz: float | None, fm
     _log(f"PyTorch on this CPU ({torch.get_num_threads()} threads), batch 1, median: float, and int8 by torch.ao "
          f"eager mode (fbgemm); simulation: Verilator, no stalls, hardware counters")
     _log(f"{'model':<11} {'array':>6} {'MACs':>10} {'cycles':>10} {'util.':>7} {'bound':>10} {'eff.':>6} "
-         f"{'dw cycles':>9} {'latency us':>11} {'CPU float us':>13} {'CPU int8 us':>12} {'sim s':>6}")
+         f"{'dw cycles':>9} {'dw util.':>8} {'latency us':>11} {'CPU float us':>13} {'CPU int8 us':>12} "
+         f"{'sim s':>6}")
     for t in totals:
+        dw_util = (f"{t['depthwise_macs'] / (t['rows'] * t['cols'] * t['depthwise_cycles']):.1%}"
+                   if t["depthwise_cycles"] else "-")
         _log(f"{t['model']:<11} {t['rows']:>2}x{t['cols']:<3} {t['macs']:>10} {t['cycles']:>10} "
              f"{t['utilization']:>6.1%} {t['tiling_bound']:>10} {t['efficiency']:>6.3f} "
-             f"{t['depthwise_cycles'] / t['cycles']:>8.1%} {_microseconds(t['latency_seconds']):>11} "
+             f"{t['depthwise_cycles'] / t['cycles']:>8.1%} {dw_util:>8} {_microseconds(t['latency_seconds']):>11} "
              f"{_microseconds(t['torch_float_seconds']):>13} {_microseconds(t['torch_int8_seconds']):>12} "
              f"{t['build_seconds'] + t['sim_seconds']:>6.1f}")
     for t in totals:
         if t["torch_int8_error"]:
             _log(f"{t['model']}: no int8 CPU figure, torch.ao: {t['torch_int8_error']}")
-    _log("dw cycles: share of the cycles in depthwise layers; sim s: HDL generation, build and simulation")
+    _log("dw cycles: share of the cycles in depthwise layers; dw util.: their utilization (taps-on-rows: "
+         "ceil(kh * kw / rows) tiles of kh * kw taps); sim s: HDL generation, build and simulation")
     _log("\nper layer (kind: conv, depthwise, grouped, dense, maxpool, io; average pooling runs as a depthwise "
          "convolution under its own name)")
     print_schedule(layers)

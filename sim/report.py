@@ -13,7 +13,7 @@ from sim.runner import SimulationReport
 def tiling_bound(op) -> int:
     """Cycles of a GEMM op if every array tile were busy every cycle (padding waste
     included: a tile sticking out of the layer counts whole)."""
-    return op.steps if isinstance(op, GemmOp) else 0
+    return op.compute_steps if isinstance(op, GemmOp) else 0
 
 
 def op_kind(op, layers: dict) -> str:

@@ -8,7 +8,7 @@ import pytest
 from sim import bench
 
 SUMMARY = re.compile(r"^(?P<model>\S+)\s+(?P<array>\d+x\d+)\s+(?P<macs>\d+)\s+(?P<cycles>\d+)\s+(?P<util>\S+%)\s+"
-                     r"(?P<bound>\d+)\s+(?P<eff>\S+)\s+(?P<dw>\S+%)\s+(?P<latency>\S+)\s+(?P<cpu_float>\S+)\s+"
+                     r"(?P<bound>\d+)\s+(?P<eff>\S+)\s+(?P<dw>\S+%)\s+(?P<dw_util>\S+%)\s+(?P<latency>\S+)\s+(?P<cpu_float>\S+)\s+"
                      r"(?P<cpu_int8>\S+)\s+(?P<sim_s>\S+)$")
 LAYER = re.compile(r"^(?P<model>\S+)\s+(?P<array>\d+x\d+)\s+(?P<batch>\d+)\s+(?P<layer>.+?)\s+"
                    r"(?P<kind>conv|depthwise|grouped|dense|add|concat|maxpool|io)\s+(?P<macs>\d+)\s+(?P<cycles>\d+)\s+"
@@ -36,15 +36,16 @@ def test_zoo_section_figures_are_consistent(tmp_path, capsys):
     (summary,), layers = zoo_lines(out)
     assert [(r["layer"], r["kind"]) for r in layers] == [("0.Conv2d", "depthwise"), ("3.Conv2d", "conv"),
                                                          ("(input load)", "io"), ("(output)", "io")]
-    assert [int(r["cycles"]) for r in layers] == [2341, 549, 80, 1568]
+    assert [int(r["cycles"]) for r in layers] == [575, 549, 80, 1568]
     macs, cycles, bound = int(summary["macs"]), int(summary["cycles"]), int(summary["bound"])
-    assert (summary["model"], summary["array"], macs, cycles) == ("dwsep", "8x8", 51200, 4538)
+    assert (summary["model"], summary["array"], macs, cycles) == ("dwsep", "8x8", 51200, 2772)
     assert macs == sum(int(r["macs"]) for r in layers)
     assert cycles == sum(int(r["cycles"]) for r in layers)
-    assert bound == sum(int(r["bound"]) for r in layers if r["bound"] != "-") == 2304 + 512
+    assert bound == sum(int(r["bound"]) for r in layers if r["bound"] != "-") == 512 + 512
     assert summary["util"] == f"{macs / (PES * cycles):.1%}"
     assert summary["eff"] == f"{bound / cycles:.3f}"
     assert summary["dw"] == f"{int(layers[0]['cycles']) / cycles:.1%}"
+    assert summary["dw_util"] == layers[0]["util"] == f"{int(layers[0]['macs']) / (PES * int(layers[0]['cycles'])):.1%}"
     assert summary["latency"] == f"{cycles / FMAX_MHZ:.1f}"          # cycles / MHz = microseconds
     for r in layers:
         assert r["util"] == f"{int(r['macs']) / (PES * int(r['cycles'])):.1%}", r

@@ -286,7 +286,7 @@ def test_op_table_holds_each_ops_constants():
                         "diagonal": int(op.diagonal), "out_nt_step": program.config.cols,
                         "taps_on_rows": 0, "taps": dict.fromkeys(
                             ("in_plane", "in_image", "row_start", "out_col", "out_row", "out_image", "out_nt",
-                             "images"), 0)}
+                             "images", "period"), 0)}
                 assert _as_dict(ctx.get(dut.gemm)) == want, op.name
                 assert ctx.get(dut.zero_point) == op.input_zero_point
             else:

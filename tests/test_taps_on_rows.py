@@ -11,6 +11,7 @@ from hdl.compiler.program import READ_WORDS, lower
 from hdl.compiler.widths import Widths
 from hdl.config import AcceleratorConfig
 from hdl.gateware.step_generator import StepGenerator, gemm_params, gemm_params_layout
+from hdl.host import tensor_to_words, words_to_tensor
 from pytorch_ref.frontends.float_model import quantize_model
 from sim.cases import make_case
 from tests.component_sim import run_bench
@@ -76,20 +77,40 @@ def test_depthwise_layers_run_taps_on_rows_with_planar_inputs():
                     assert tile[r, c] == (taps[nt * 4 + c, t] if t < 9 else 0), (nt, k, r, c)
 
 
+def input_depthwise_model():
+    """A depthwise convolution straight on the model's input (12 channels: three words on
+    4 columns, so the host sends the input planar), then one whose kernel row is wider
+    than a read, which runs as a channel-wise op."""
+    torch.manual_seed(23)
+    return quantize_model(nn.Sequential(nn.Conv2d(12, 12, 3, padding=1, groups=12), nn.ReLU(),
+                                        nn.Conv2d(12, 8, 1),
+                                        nn.Conv2d(8, 8, (1, READ_WORDS + 1), groups=8)).eval(),
+                          torch.randn(16, 12, 6, 9), name="input_depthwise")
+
+
 def test_where_depthwise_layers_fall_back_to_channel_wise_ops():
     model = depthwise_model()
     # A word of 8 lanes on 4 columns: the columns do not cover a word.
     assert not taps_ops(lower(model, AcceleratorConfig(rows=8, cols=4)))
     # Turned off by the caller.
     assert not taps_ops(lower(model, AcceleratorConfig(rows=4, cols=4), depthwise_taps_on_rows=False))
-    # A depthwise layer reading the model's input (the loader writes it channels-last),
-    # and one whose kernel row is wider than a read: channel-wise ops.
-    torch.manual_seed(0)
-    first = quantize_model(nn.Sequential(nn.Conv2d(4, 4, 3, groups=4), nn.ReLU(), nn.Conv2d(4, 8, 1),
-                                         nn.Conv2d(8, 8, (1, READ_WORDS + 1), groups=8)).eval(),
-                           torch.randn(16, 4, 6, 9), name="fallbacks")
-    program = lower(first, AcceleratorConfig(rows=4, cols=4))
-    assert not taps_ops(program) and not any(op.source.planar or op.dest.planar for op in program.ops)
+    # A kernel row wider than a read: a channel-wise op, and its input is not planar.
+    program = lower(input_depthwise_model(), AcceleratorConfig(rows=4, cols=4))
+    assert [op.name for op in taps_ops(program)] == ["0.Conv2d"]
+    assert program.input.planar and not any(op.dest.planar for op in program.ops)
+
+
+def test_host_sends_a_planar_input_word_plane_by_word_plane():
+    program = lower(input_depthwise_model(), AcceleratorConfig(rows=4, cols=4), batch=2)
+    placement = program.input
+    assert placement.planar and placement.words_per_pixel == 3 and placement.pixels == 2 * 6 * 9
+    codes = np.random.default_rng(0).integers(-128, 128, (2, 12, 6, 9)).astype(np.int8)
+    words = tensor_to_words(placement, 4, codes)
+    # Word g of pixel p at g * pixels + p: channels 4g ... 4g + 3 of that pixel.
+    for image, y, x, g in ((0, 0, 0, 0), (1, 5, 8, 2), (0, 3, 4, 1)):
+        pixel = (image * 6 + y) * 9 + x
+        assert list(words[g * placement.pixels + pixel]) == list(codes[image, 4 * g:4 * g + 4, y, x])
+    assert (words_to_tensor(placement, 4, words, (12, 6, 9)) == codes).all()
 
 
 def test_taps_on_rows_cut_depthwise_cycles_on_8x8():
@@ -215,9 +236,25 @@ def test_depthwise_net_matches_reference(simulate_case, rows, cols, simulator, b
     torch.manual_seed(22)
     case = make_case(model, AcceleratorConfig(rows=rows, cols=cols), torch.randn(2 * batch, *INPUT_SHAPE), batch)
     assert len(taps_ops(case.program)) == 2
-    report = simulate_case(case, simulator, seed=rows * cols)
-    # The depthwise ops issue exactly their steps: their phases' array steps are the
-    # compute steps (pushes alone are not counted).
+    check_taps_report(case, simulate_case(case, simulator, seed=rows * cols))
+
+
+@pytest.mark.parametrize("simulator", ["verilator", "icarus"])
+def test_depthwise_on_the_planar_input_matches_reference(simulate_case, simulator):
+    torch.manual_seed(24)
+    case = make_case(input_depthwise_model(), AcceleratorConfig(rows=4, cols=4), torch.randn(4, 12, 6, 9), 2)
+    assert case.program.input.planar and len(taps_ops(case.program)) == 1
+    check_taps_report(case, simulate_case(case, simulator, seed=5))
+
+
+def check_taps_report(case, report):
+    """The depthwise ops' phases count their compute steps as array steps (pushes alone
+    do not use the array), and take their steps plus at most the op overhead."""
+    from hdl.design_report import op_cycle_bounds
+    for result in report.results:
+        for op, (cycles, _) in zip(case.program.ops, result["phases"]):
+            low, high = op_cycle_bounds(op, case.program.config)
+            assert low <= cycles <= high, (op.name, op.steps, cycles)
     for index, op in enumerate(case.program.ops):
         if getattr(op, "tap_tiles", 0):
             assert all(r["phases"][index][1] == op.compute_steps for r in report.results), op.name

@@ -74,7 +74,8 @@ words are consecutive and one read returns them. The schedule::
           push kh (oy = 0) or sy rows, the last push with tap tile 0
           tap tiles 1 ... ceil(kh * kw / rows) - 1, beside the next pixel's pushes
 
-A tensor is planar when a Conv2d or Linear writes it and every reader is such an op.
+A tensor is planar when a Conv2d or Linear writes it, or it is the model's input (the host
+sends it planar), and every reader is such an op.
 """
 from __future__ import annotations
 
@@ -364,7 +365,7 @@ class _Lowering:
         self.planar = self.planar_tensors()
         only_reader = [index for index, reads in enumerate(model.layer_inputs) if 0 in reads] == [0]
         self.stacking = (self.row_stacking(model.layers[0], model.shapes[0])
-                         if stack_input_rows and only_reader else None)
+                         if stack_input_rows and only_reader and 0 not in self.planar else None)
 
     def placement(self, shape, base: int) -> TensorPlacement:
         if len(shape) == 1:
@@ -384,13 +385,14 @@ class _Lowering:
         return kw <= READ_WORDS and layer.stride[0] <= kh
 
     def planar_tensors(self) -> set[int]:
-        """The stored tensors kept planar: written by a Conv2d or Linear, read only by
-        taps-on-rows ops (and not the model's output)."""
+        """The stored tensors kept planar: the model's input (the host sends it so) or one
+        a Conv2d or Linear writes, read only by taps-on-rows ops (and not the model's
+        output)."""
         layers, reads = self.model.layers, self.model.layer_inputs
         output = self.stored(len(layers))
         planar = set()
-        for t in range(1, len(layers) + 1):
-            if t == output or self.stored(t) != t or not isinstance(layers[t - 1], (Conv2dLayer, DenseLayer)):
+        for t in range(len(layers) + 1):
+            if t == output or self.stored(t) != t or (t and not isinstance(layers[t - 1], (Conv2dLayer, DenseLayer))):
                 continue
             readers = self.consumers(t)
             if readers and all(self.taps_on_rows_fits(layers[i]) and list(reads[i]) == [t] for i in readers):
