@@ -55,7 +55,7 @@ class GemmEngine(wiring.Component):
     -------
     steps: In stream, from the step generator.
     zero_point: In, the op's input zero point (read by padding taps).
-    read: a read port of two consecutive words (``ActivationMemory.READ_LATENCY`` cycles
+    read: a read port of :meth:`read_words_for` consecutive words (``ActivationMemory.READ_LATENCY`` cycles
     after the address).
     write: writes of up to ``cols`` lanes from any lane of a word on: into one word, or,
     when some op writes a packed destination, :meth:`write_words_for` two consecutive ones.

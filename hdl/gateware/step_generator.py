@@ -50,9 +50,11 @@ def gemm_params_layout(w: Widths) -> data.StructLayout:
 
 
 def gemm_params(op: GemmOp, config: AcceleratorConfig) -> dict:
-    """:func:`gemm_params_layout`'s values for ``op``. Output pixel ``p``'s first channel is
-    element ``p * out_stride`` of the destination (its words times the bank width, or its
-    channels when packed); a packed destination's last tile writes only its channels."""
+    """:func:`gemm_params_layout`'s values for ``op``. Output pixel ``p``'s channel tile
+    ``nt`` starts at element ``p * out_stride + nt * out_nt_step`` of the destination
+    (``out_stride``: its words times the bank width, or its channels when packed;
+    ``out_nt_step``: ``cols``, or a whole word plane when the destination is planar); a
+    packed destination's last tile writes only its channels."""
     dest = op.dest
     out_stride = dest.pixel_stride * (1 if dest.packed_lanes else config.bank_width)
     if dest.planar:                  # word nt * pixels + p
