@@ -13,7 +13,7 @@ def _run(seed, simulate_case):
     fuzz = fuzz_case(seed)
     print(fuzz.description)
     report = simulate_case(fuzz.case, seed=seed)
-    assert all(r["busy_steps"] == sum(op.steps for op in fuzz.case.program.gemm_ops) for r in report.results)
+    assert all(r["busy_steps"] == sum(op.compute_steps for op in fuzz.case.program.gemm_ops) for r in report.results)
 
 
 @pytest.mark.parametrize("seed", QUICK_SEEDS)
