@@ -56,8 +56,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         writer.add_argument("--rows", type=int, default=8)
         writer.add_argument("--cols", type=int, default=8)
         writer.add_argument("--requantizer-multipliers", choices=REQUANTIZER_MULTIPLIERS, default="dsp",
-                            help="the requantizer's products on DSP blocks (default: four 18x18 a column) "
-                                 "or in logic (then the array has every DSP block)")
+                            help="the requantizer's products on DSP blocks (default: one 18x18 a column, "
+                                 "the rest in logic) or in logic only (then the array has every DSP block)")
         writer.add_argument("--runtime-weights", action="store_true",
                             help="weights, biases and requantization loadable at run time (weights_* ports; "
                                  "s_axis_weights with --axi)")

@@ -41,10 +41,10 @@ class AcceleratorConfig:
     input_bus_bits:
         Width of ``input_data``; the sketch fixes it at 1024.
     requantizer_multipliers:
-        Where the requantizer's ``cols`` 32x31-bit products are computed: ``"dsp"`` (the
-        default: four 18x18 DSP multipliers a column) or ``"logic"`` (adder trees: no DSP
-        block beyond one a PE, so that all of an ECP5-85F's 156 go to the array, at about
-        2,500 LUT4 a column).
+        Where the requantizer's ``cols`` products (accumulator x 31-bit multiplier) are
+        computed: ``"dsp"`` (the default: one 18x18 DSP multiplier a column for the largest
+        partial product, adder trees for the rest) or ``"logic"`` (adder trees only: no DSP
+        block beyond one a PE, at about 2,500 LUT4 a column).
     runtime_weights:
         ``False`` (the default): weights, biases and requantization parameters are ROM
         contents. ``True``: they and the ops' input zero points are writable through the

@@ -1,4 +1,6 @@
 """The hardware requantizer against ``requantize_half_up``, exactly."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -41,10 +43,10 @@ def test_requantizer_matches_semantics(multipliers):
 
 
 @pytest.mark.parametrize("multipliers", REQUANTIZER_MULTIPLIERS)
-@pytest.mark.parametrize("acc_bits", [17, 24, 40])
+@pytest.mark.parametrize("acc_bits", [17, 18, 19, 21, 24, 40])
 def test_requantizer_at_other_accumulator_widths(acc_bits, multipliers):
-    """Accumulators of one, two and three 17-bit chunks (the DSP multipliers' operands),
-    with their extreme values (int32's beyond 32 bits, the semantics' limit), and the
+    """Accumulators that fit the DSP multiplier (17, 18 bits) and that do not (19 on: their
+    top bits times the multiplier in logic), with their extreme values (int32's beyond 32 bits, the semantics' limit), and the
     largest shifts: a 17-bit accumulator's product is narrower than 2**(62-1), the
     rounding constant, which the hardware once truncated to 0."""
     rng = np.random.default_rng(acc_bits)
@@ -96,11 +98,12 @@ def test_semantics_hand_checked_vectors():
     assert results == [3, -2, -3, 4, 127, -128, 10]
 
 
-@pytest.mark.parametrize("multipliers, extra_per_column", [("logic", 0), ("dsp", 4)])
+@pytest.mark.parametrize("multipliers, extra_per_column", [("logic", 0), ("dsp", 1)])
 def test_only_the_array_and_requantizer_multiply(multipliers, extra_per_column):
     """The DSP budget: Yosys maps each ``$mul`` cell to DSP blocks. There is one a PE, the
-    requantizer's four a column unless they are in logic, and none elsewhere (window,
-    output address and divide-by-constant products are adder trees)."""
+    requantizer's one a column unless it is in logic, and none elsewhere (window, output
+    address and divide-by-constant products are adder trees). Each fits one 18x18
+    multiplier: no operand is wider than 18 bits signed (17 unsigned)."""
     from amaranth.back import rtlil
 
     from hdl.config import AcceleratorConfig
@@ -111,3 +114,8 @@ def test_only_the_array_and_requantizer_multiply(multipliers, extra_per_column):
     case = random_case("lenet", config, count=1)
     text = rtlil.convert(NeuralNetworkAccelerator(case.program), name="top")
     assert text.count("cell $mul ") == config.pes + extra_per_column * config.cols
+    for cell in text.split("cell $mul ")[1:]:
+        params = dict(re.findall(r"parameter \\(A_SIGNED|B_SIGNED|A_WIDTH|B_WIDTH) (\d+)", cell.split("end")[0]))
+        for side in "AB":
+            bits = int(params[f"{side}_WIDTH"]) + (0 if int(params[f"{side}_SIGNED"]) else 1)
+            assert bits <= 18, f"a multiplication of {params} does not fit one 18x18 DSP multiplier"

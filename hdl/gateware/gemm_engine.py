@@ -99,6 +99,16 @@ class GemmEngine(wiring.Component):
         ops a whole window row (:data:`READ_WORDS`)."""
         return READ_WORDS if cls.taps_on_rows_kernels(program) else 2
 
+    @staticmethod
+    def requantizer_accumulator_bits(program: Program) -> int:
+        """Width of the sums the requantizer takes. With weights fixed, the widest that the
+        compiler proved any op's sums need (:meth:`Program.accumulator_bits_needed`: the
+        accumulator's other bits are sign); with run-time weights, the accumulator's."""
+        cfg = program.config
+        if cfg.runtime_weights or not program.gemm_ops:
+            return cfg.accumulator_bits
+        return program.accumulator_bits_needed
+
     #: Cycles from a step to its vector entering the array (memory read, lane select).
     INPUT_LATENCY = ActivationMemory.READ_LATENCY + 1
 
@@ -263,16 +273,16 @@ class GemmEngine(wiring.Component):
 
         tag_layout = data.StructLayout({"addr": unsigned(w.act_addr), "lane": range(cfg.bank_width),
                                         "count": range(cols + 1)})
-        m.submodules.requantizer = rq = Requantizer(cols, cfg.accumulator_bits, bits, tag_layout,
-                                                         cfg.requantizer_multipliers)
+        rq_bits = self.requantizer_accumulator_bits(prog)
+        m.submodules.requantizer = rq = Requantizer(cols, rq_bits, bits, tag_layout, cfg.requantizer_multipliers)
         acc_out = Signal.like(total)
         tag = Signal(tag_layout)
         valid = Signal()
         m.d.sync += [acc_out.eq(total), tag.addr.eq(ctrl.out_addr), tag.lane.eq(ctrl.out_lane),
                      tag.count.eq(ctrl.out_count),
                      valid.eq(ctrl.valid & ctrl.last)]
-        m.d.comb += [rq.i_valid.eq(valid), rq.i_acc.eq(acc_out), rq.i_tag.eq(tag),
-                     rq.i_params.eq(requant_params)]
+        m.d.comb += [rq.i_valid.eq(valid), rq.i_tag.eq(tag), rq.i_params.eq(requant_params)]
+        m.d.comb += [rq.i_acc[c].eq(acc_out[c][:rq_bits]) for c in range(cols)]     # the rest is sign
 
         # Write the output's first ``count`` lanes from lane ``lane`` of word ``addr`` on:
         # an unpacked destination's tiles start at multiples of cols; a packed one's anywhere,

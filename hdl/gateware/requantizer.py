@@ -29,19 +29,8 @@ def requant_params_layout(lanes: int, data_bits: int) -> data.StructLayout:
     })
 
 
-#: Operand chunks that one signed 18x18 DSP multiplier takes: 17 bits unsigned, or 18 signed.
-CHUNK_BITS = 17
-
-
-def _chunks(value, width: int) -> list[tuple[object, int]]:
-    """``value`` (``width`` bits, signed) as ``(chunk, offset)`` pairs: unsigned chunks of
-    :data:`CHUNK_BITS` from the bottom, the top one signed and at most one bit wider."""
-    chunks, offset = [], 0
-    while width - offset > CHUNK_BITS + 1:
-        chunks.append((value[offset:offset + CHUNK_BITS], offset))
-        offset += CHUNK_BITS
-    chunks.append((value[offset:width].as_signed(), offset))
-    return chunks
+#: Operand widths that one signed 18x18 DSP multiplier takes: 17 bits unsigned, or 18 signed.
+DSP_UNSIGNED_BITS = 17
 
 
 class Requantizer(wiring.Component):
@@ -50,9 +39,10 @@ class Requantizer(wiring.Component):
     Six pipeline stages, each short enough for the clock: three for the exact product,
     then the rounding constant, the arithmetic shift, then zero point and clamp. The
     product takes ``multipliers``: ``"logic"``, an adder tree of the accumulator shifted
-    by the multiplier's set bits, cut in three; or ``"dsp"``, the partial products of
-    17-bit chunks of both (one DSP multiplier each), their sums by accumulator chunk,
-    then their sum.
+    by the multiplier's set bits, cut in three; or ``"dsp"``, one DSP multiplier a lane for
+    the largest partial product and two smaller adder trees for the rest (see
+    :meth:`_dsp_product`). ``accumulator_bits`` need only be as wide as the sums can be:
+    the narrower, the smaller the trees (18 bits or fewer: one tree).
 
     Members
     -------
@@ -120,24 +110,38 @@ class Requantizer(wiring.Component):
         return m
 
     def _dsp_product(self, m, lane: int, product_bits: int):
-        """Stages 1-3 on DSP multipliers: the partial products of 17-bit chunks of the
-        accumulator and the multiplier (one DSP each, its result registered), their sums by
-        accumulator chunk, then the exact product."""
-        acc_chunks = _chunks(Value.cast(self.i_acc[lane]), self._acc_bits)
-        mult_chunks = _chunks(Value.cast(self.i_params.multiplier[lane]), MULTIPLIER_BITS)
-        partial = []
-        for a, (acc_chunk, acc_at) in enumerate(acc_chunks):
-            row = []
-            for b, (mult_chunk, mult_at) in enumerate(mult_chunks):
-                reg = Signal(signed(len(acc_chunk) + len(mult_chunk) + 1), name=f"partial{lane}_{a}_{b}")
-                m.d.sync += reg.eq(acc_chunk * mult_chunk)
-                row.append((reg, mult_at))
-            partial.append((row, acc_at))
-        sums = []
-        for a, (row, acc_at) in enumerate(partial):
-            total = Signal(signed(product_bits + 1), name=f"sum{lane}_{a}")
-            m.d.sync += total.eq(sum(reg << at for reg, at in row))
-            sums.append((total, acc_at))
+        """Stages 1-3 with one DSP multiplier: the 17 bits of the accumulator below its top
+        ones (all of it when it fits 18 signed bits) times the multiplier's top 17 bits on the
+        DSP (product registered twice), the rest as two pipelined shift-add trees, then the
+        sum of the three.
+
+        With ``acc = a_hi * 2**17 + a_lo`` (``a_lo`` unsigned) and the multiplier, never
+        negative, ``m_hi * 2**k + m_lo`` (``m_hi`` 17 bits)::
+
+            acc * multiplier = (a_lo * m_hi) << k  +  (a_hi * m_hi) << (k + 17)  +  acc * m_lo
+                               DSP                   logic                       logic
+        """
+        acc = Value.cast(self.i_acc[lane])
+        multiplier = Value.cast(self.i_params.multiplier[lane])[:MULTIPLIER_BITS - 1]
+        k = len(multiplier) - DSP_UNSIGNED_BITS
+        m_hi, m_lo = multiplier[k:], multiplier[:k]
+        wide = self._acc_bits > DSP_UNSIGNED_BITS + 1
+        a_lo = acc[:DSP_UNSIGNED_BITS] if wide else acc
+        # The DSP: operands straight from the inputs, product registered, then again (its
+        # output register).
+        on_dsp = Signal(signed(len(a_lo) + len(m_hi) + 1), name=f"on_dsp{lane}")
+        m.d.sync += on_dsp.eq(a_lo * m_hi)
+        on_dsp2 = Signal.like(on_dsp, name=f"on_dsp{lane}_r")
+        m.d.sync += on_dsp2.eq(on_dsp)
+        terms = [(on_dsp2, k)]
+        # Logic: the rest, two stages each.
+        low = pipelined_shift_add_product(m, acc, m_lo, product_bits, stages=2, name=f"low{lane}")
+        terms.append((low, 0))
+        if wide:
+            a_hi = acc[DSP_UNSIGNED_BITS:].as_signed()
+            high = pipelined_shift_add_product(m, a_hi, m_hi, product_bits - k - DSP_UNSIGNED_BITS,
+                                               stages=2, name=f"high{lane}")
+            terms.append((high, k + DSP_UNSIGNED_BITS))
         product = Signal(signed(product_bits), name=f"product{lane}")
-        m.d.sync += product.eq(sum(total << at for total, at in sums))
+        m.d.sync += product.eq(sum(term << at for term, at in terms))
         return product
