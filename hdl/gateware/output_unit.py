@@ -7,6 +7,7 @@ from hdl.compiler.program import Program
 from hdl.compiler.widths import Widths, bits_for
 from hdl.config import OUTPUT_CLASSES
 from hdl.gateware.activation_memory import ActivationMemory, read_port
+from hdl.gateware.pipeline import delayed
 from pytorch_ref.ir import integer_semantics as sem
 
 
@@ -50,60 +51,59 @@ class OutputUnit(wiring.Component):
         word_bits = lanes * bits
         classes = prog.output_shape[0] if prog.is_classifier else 0
 
+        # A beat's words are read back to back, one a cycle; each lands in its slot of the
+        # beat ``READ_LATENCY`` cycles after its address.
         read_addr = Signal.like(self.read.addr)
-        words_left = Signal(bits_for(words) + 1)
-        slot = Signal(range(wpb + 1))                      # word of the beat
+        words_left = Signal(bits_for(words) + 1)           # words not yet read
+        issued = Signal(range(wpb + 1))                    # words of this beat read
+        slot = Signal(range(wpb + 1))                      # words of this beat landed
         beat = Signal.like(self.beats.payload.values)
-        lane_base = Signal(bits_for(words * lanes) + 1)    # index of the word's first lane
-        # Argmax: the word being scanned, its first index, the lane, the best so far.
-        scan_word = Signal(data.ArrayLayout(signed(bits), lanes))
-        scan_base = Signal.like(lane_base)
-        scan_lane = Signal(range(lanes + 1))
+        beat_base = Signal(bits_for(words * lanes) + 1)    # index of the beat's first value
+        # Argmax over the logits, in the beats that hold them: the position, the best so far.
+        scan_pos = Signal(range(max(2, classes + 1)))
         best_value = Signal(signed(bits))
         best_index = Signal(range(OUTPUT_CLASSES + 1))
         m.d.comb += self.read.addr.eq(read_addr)
 
+        issue = Signal()
+        arrive = delayed(m, issue, ActivationMemory.READ_LATENCY, "arrive")
+        with m.If(arrive):
+            with m.Switch(slot):
+                for s in range(wpb):
+                    with m.Case(s):
+                        m.d.sync += beat[s * word_bits:(s + 1) * word_bits].eq(self.read.data)
+            m.d.sync += slot.eq(slot + 1)
+
         with m.FSM(name="output"):
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [read_addr.eq(prog.output.base), words_left.eq(words), slot.eq(0),
-                                 beat.eq(0), lane_base.eq(0), best_value.eq(sem.ACTIVATION_MIN),
+                    m.d.sync += [read_addr.eq(prog.output.base), words_left.eq(words), issued.eq(0), slot.eq(0),
+                                 beat.eq(0), beat_base.eq(0), best_value.eq(sem.ACTIVATION_MIN),
                                  best_index.eq(0)]
-                    m.next = "ISSUE"
-            with m.State("ISSUE"):
-                m.d.sync += [read_addr.eq(read_addr + 1), words_left.eq(words_left - 1)]
-                m.next = "WAIT1" if ActivationMemory.READ_LATENCY > 1 else "CAPTURE"
-            for wait in range(1, ActivationMemory.READ_LATENCY):     # the read's latency
-                with m.State(f"WAIT{wait}"):
-                    m.next = f"WAIT{wait + 1}" if wait + 1 < ActivationMemory.READ_LATENCY else "CAPTURE"
-            with m.State("CAPTURE"):
-                with m.Switch(slot):
-                    for s in range(wpb):
-                        with m.Case(s):
-                            m.d.sync += beat[s * word_bits:(s + 1) * word_bits].eq(self.read.data)
-                m.d.sync += [slot.eq(slot + 1), lane_base.eq(lane_base + lanes),
-                             scan_word.eq(self.read.data), scan_base.eq(lane_base), scan_lane.eq(0)]
-                with m.If(lane_base < classes):
-                    m.next = "SCAN"
-                with m.Elif((slot == wpb - 1) | (words_left == 0)):
-                    m.next = "SEND"
-                with m.Else():
-                    m.next = "ISSUE"
-            with m.State("SCAN"):
-                lane_value = Signal(signed(bits))
-                with m.Switch(scan_lane):
-                    for lane in range(lanes):
-                        with m.Case(lane):
-                            m.d.comb += lane_value.eq(scan_word[lane])
-                index = scan_base + scan_lane
-                with m.If((index < classes) & (lane_value > best_value)):
-                    m.d.sync += [best_value.eq(lane_value), best_index.eq(index)]
-                m.d.sync += scan_lane.eq(scan_lane + 1)
-                with m.If((scan_lane == lanes - 1) | (index >= classes - 1)):
-                    with m.If((slot == wpb) | (words_left == 0)):
+                    m.next = "FETCH"
+            with m.State("FETCH"):
+                m.d.comb += issue.eq((issued != wpb) & (words_left != 0))
+                with m.If(issue):
+                    m.d.sync += [read_addr.eq(read_addr + 1), words_left.eq(words_left - 1), issued.eq(issued + 1)]
+                with m.Elif(slot == issued):                 # every word of the beat has landed
+                    m.d.sync += scan_pos.eq(0)
+                    m.next = "SCAN" if classes else "SEND"
+            if classes:
+                with m.State("SCAN"):
+                    # Values ``beat_base + scan_pos`` of the beat that are logits (they come
+                    # first in the tensor: at most OUTPUT_CLASSES, one a cycle).
+                    index = beat_base + scan_pos
+                    with m.If(index < classes):
+                        value = Signal(signed(bits))
+                        with m.Switch(scan_pos):
+                            for pos in range(min(classes, wpb * lanes)):
+                                with m.Case(pos):
+                                    m.d.comb += value.eq(beat[pos * bits:(pos + 1) * bits])
+                        with m.If(value > best_value):
+                            m.d.sync += [best_value.eq(value), best_index.eq(index)]
+                    m.d.sync += scan_pos.eq(scan_pos + 1)
+                    with m.If((index >= classes - 1) | (scan_pos == min(classes, wpb * lanes) - 1)):
                         m.next = "SEND"
-                    with m.Else():
-                        m.next = "ISSUE"
             with m.State("SEND"):
                 last = words_left == 0
                 m.d.comb += [self.beats.valid.eq(1), self.beats.payload.values.eq(beat),
@@ -113,10 +113,10 @@ class OutputUnit(wiring.Component):
                     with m.If(last):
                         m.d.comb += self.beats.payload.classes.eq(1 << best_index)
                 with m.If(self.beats.ready):
-                    m.d.sync += [slot.eq(0), beat.eq(0)]
+                    m.d.sync += [issued.eq(0), slot.eq(0), beat.eq(0), beat_base.eq(beat_base + wpb * lanes)]
                     with m.If(last):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"
                     with m.Else():
-                        m.next = "ISSUE"
+                        m.next = "FETCH"
         return m

@@ -4,7 +4,8 @@ Yosys maps every ``$mul`` cell of two or more bits to a DSP multiplier on ECP5 (
 per-cell way to keep one in logic), and an ECP5-85F has 156 of them. The systolic array
 needs one per PE; the address generators' small products (7x7 to 12x16 bits) would take
 12 more, and the requantizer's 32x31-bit ones 4 a column. Written as the sum of ``a << k``
-for the set bits ``k`` of ``b``, they become adders, and no ``$mul`` is left for Yosys.
+for the set bits ``k`` of ``b``, they become adders, and no ``$mul`` is left for Yosys
+(the requantizer keeps one 17x17 product a column on a DSP, :mod:`.requantizer`).
 
 ``b`` is unsigned: a signal, or a constant (then only its set bits make rows). ``a`` may be
 signed: it is then taken in offset binary, ``a = (a + 2**(n-1)) - 2**(n-1)``, so that every

@@ -127,17 +127,30 @@ class StepGenerator(wiring.Component):
         oy0, ox0, oy, ox = (Signal(w.coord, name=n) for n in ("oy0", "ox0", "oy", "ox"))
         ibase0, ibase = Signal(w.pixel, name="ibase0"), Signal(w.pixel, name="ibase")
 
-        remaining = Signal(w.pixel)
-        block_len = Signal(w.tile)
-        m.d.comb += [remaining.eq(p.pixels - m0), block_len.eq(p.block)]
-        with m.If(remaining < p.block):
-            m.d.comb += block_len.eq(remaining)
+        # The block's length and the pixels left from its first on are registers, set when
+        # a block begins: the counters' enables then depend on comparisons of registers
+        # only, not on a subtraction, a minimum and a comparison in series (once the
+        # clock's critical path).
+        remaining = Signal(w.pixel)                        # p.pixels - m0
+        block_len, block_last = Signal(w.tile), Signal(w.tile)     # block_last = block_len - 1
 
-        end_of_block = cnt == block_len - 1
-        end_of_ct = ct == p.ct_count - 1
-        end_of_j = j == p.taps_w - 1
-        end_of_k = end_of_ct & end_of_j & (i == g.kh - 1)
-        end_of_m = (m0 + block_len) == p.pixels
+        def begin_block(pixels_left):
+            shorter = pixels_left < p.block
+            m.d.sync += [remaining.eq(pixels_left),
+                         block_len.eq(Mux(shorter, pixels_left, p.block)),
+                         block_last.eq(Mux(shorter, pixels_left - 1, p.block - 1))]
+
+        # The loops' last indices, registered: the parameters hold still while an op runs
+        # and are there a cycle before it starts.
+        ct_last, j_last, i_last, nt_last = (Signal(w.tile, name="ct_last"), Signal(w.coord, name="j_last"),
+                                            Signal(w.coord, name="i_last"), Signal(w.tile, name="nt_last"))
+        m.d.sync += [ct_last.eq(p.ct_count - 1), j_last.eq(p.taps_w - 1), i_last.eq(g.kh - 1),
+                     nt_last.eq(p.nt_count - 1)]
+        end_of_block = cnt == block_last
+        end_of_ct = ct == ct_last
+        end_of_j = j == j_last
+        end_of_k = end_of_ct & end_of_j & (i == i_last)
+        end_of_m = remaining == block_len
         # Carries: each level advances when every level inside it wraps.
         start = ~self.busy & self.start & ~p.taps_on_rows   # ignored until the last step has left
         next_pixel = running & ~end_of_block
@@ -156,7 +169,7 @@ class StepGenerator(wiring.Component):
 
         with m.If(start):
             m.d.sync += [running.eq(1), w_nt_base.eq(p.w_base)]
-        with m.If(next_tile & (nt == p.nt_count - 1)):
+        with m.If(next_tile & (nt == nt_last)):
             m.d.sync += running.eq(0)
 
         with m.If(start | ~next_pixel):
@@ -177,6 +190,11 @@ class StepGenerator(wiring.Component):
                 m.d.sync += [ct.eq(0), j.eq(0), i.eq(i + 1)]
         self._word_and_group(m, ct_group, ct_word, self._in_groups, advance=next_tap & ~end_of_ct,
                              reset=start | next_block | next_tile | (next_tap & end_of_ct))
+
+        with m.If(start | next_tile):
+            begin_block(p.pixels)
+        with m.Elif(next_block):
+            begin_block(remaining - block_len)
 
         # Pixels: the raster walk, restarted at the block's first pixel for every kt.
         with m.If(start | next_tile):

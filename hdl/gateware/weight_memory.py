@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.weight_packing import LANE_BITS, tiles_per_word, word_shift
 from hdl.compiler.widths import bits_for
+from hdl.gateware.pipeline import delayed
 from hdl.gateware.load_port import load_port
 
 
@@ -41,8 +42,9 @@ class WeightMemory(wiring.Component):
     and the slot (a field of each lane, sign-extended after it). A ROM of 8-bit weights
     only has none of that logic.
 
-    Each PE's weight is re-registered after the ROM's read port, so the long route from
-    a block RAM to PEs spread over the array gets a cycle of its own.
+    A bank's read data is registered beside its block RAMs (their clock-to-output time is
+    5.6 ns on ECP5), and each PE's weight again, so that the long route from a bank to
+    PEs spread over the array gets a cycle of its own.
 
     With ``writable``, each bank also has a write port, and ``load`` writes a whole word
     (every bank's part of it) at once: run-time weights (:mod:`hdl.compiler.weight_image`).
@@ -56,8 +58,8 @@ class WeightMemory(wiring.Component):
     ``(r, c)``'s byte.
     """
 
-    #: ROM read plus the per-PE register.
-    LATENCY = 2
+    #: ROM read, the register of its data, the per-PE register.
+    LATENCY = 3
 
     def __init__(self, words: np.ndarray, addr_bits: int, formats: tuple[int, ...] = (8,), writable: bool = False):
         self._words = np.asarray(words)
@@ -133,11 +135,13 @@ class WeightMemory(wiring.Component):
                 write = bank.write_port()
                 lanes = [self.load.data[(r * cols + c) * LANE_BITS:(r * cols + c + 1) * LANE_BITS] for r, c in members]
                 m.d.comb += [write.en.eq(self.load.en), write.addr.eq(self.load.addr), write.data.eq(Cat(*lanes))]
-            # The slot and width of the word being read, beside its data.
-            read_slot, read_bits = Signal.like(slot, name=f"read_slot{d}"), Signal.like(bits, name=f"read_bits{d}")
-            m.d.sync += [read_slot.eq(slot), read_bits.eq(bits)]
+            read_data = Signal.like(read.data, name=f"bank{d}_data")
+            m.d.sync += read_data.eq(read.data)
+            # The slot and width of the word read, beside its registered data.
+            read_slot = delayed(m, slot, 2, f"read_slot{d}")
+            read_bits = delayed(m, bits, 2, f"read_bits{d}")
             for index, (r, c) in enumerate(members):
-                lane = read.data[index * LANE_BITS:(index + 1) * LANE_BITS]
+                lane = read_data[index * LANE_BITS:(index + 1) * LANE_BITS]
                 if not self.packed:
                     m.d.sync += self.weights[r][c].eq(lane.as_signed())
                     continue
