@@ -110,6 +110,49 @@ class WeightMemory(wiring.Component):
                 with m.Case(s):
                     m.d.sync += weight.eq(value)
 
+    def _bank(self, m, d: int, init: list[int], word, members):
+        """Bank ``d``'s ROM, read at ``word``; returns its data two cycles later.
+
+        The ROM is cut by width and by depth into pieces of one DP16KD each, in the shape
+        that takes the fewest (:func:`~hdl.tools.bram_estimate.dp16kd_shape`); each piece's
+        data is registered beside its block RAM, and the registered pieces of a depth are
+        selected after. The block RAMs' 5.6 ns clock-to-output then drives one short wire,
+        not a mux of block RAMs spread over the chip (Yosys, left to choose, cuts some
+        banks by depth and muxes their outputs)."""
+        from hdl.tools.bram_estimate import dp16kd_shape
+        cols, words = self._cols, len(self._words)
+        width = LANE_BITS * len(members)
+        depth, piece_bits = dp16kd_shape(width, words)
+        depth = min(depth, 1 << bits_for(words - 1))
+        low = depth.bit_length() - 1
+        data_in = Cat(*(self.load.data[(r * cols + c) * LANE_BITS:(r * cols + c + 1) * LANE_BITS]
+                        for r, c in members)) if self._writable else None
+        chunks = []                                        # by depth: the registered data
+        for k, first in enumerate(range(0, words, depth)):
+            data_reg = Signal(width, name=f"bank{d}_{k}_data")
+            for at in range(0, width, piece_bits):
+                bits = min(piece_bits, width - at)
+                mask = (1 << bits) - 1
+                rom = memory.Memory(shape=unsigned(bits), depth=max(2, min(depth, words - first)),
+                                    init=[(v >> at) & mask for v in init[first:first + depth]])
+                m.submodules[f"bank{d}_{k}_{at}"] = rom
+                read = rom.read_port()
+                m.d.comb += read.addr.eq(word[:low])
+                if self._writable:
+                    write = rom.write_port()
+                    m.d.comb += [write.en.eq(self.load.en & ((self.load.addr >> low) == k)),
+                                 write.addr.eq(self.load.addr[:low]), write.data.eq(data_in[at:at + bits])]
+                m.d.sync += data_reg[at:at + bits].eq(read.data)
+            chunks.append(data_reg)
+        if len(chunks) == 1:
+            return chunks[0]
+        selected = Signal(width, name=f"bank{d}_data")
+        with m.Switch(delayed(m, word >> low, 2, f"bank{d}_chunk")):
+            for k, data_reg in enumerate(chunks):
+                with m.Case(k):
+                    m.d.comb += selected.eq(data_reg)
+        return selected
+
     def elaborate(self, platform):
         m = Module()
         rows, cols = self._rows, self._cols
@@ -127,16 +170,7 @@ class WeightMemory(wiring.Component):
             members = diagonal_members(rows, cols, d)
             init = _pack_lanes(self._words[:, [r for r, _ in members], [c for _, c in members]])
             # Raw words (lanes packed little-endian) initialise much faster than views.
-            bank = memory.Memory(shape=unsigned(LANE_BITS * len(members)), depth=len(self._words), init=init)
-            m.submodules[f"bank{d}"] = bank
-            read = bank.read_port()
-            m.d.comb += read.addr.eq(word)
-            if self._writable:
-                write = bank.write_port()
-                lanes = [self.load.data[(r * cols + c) * LANE_BITS:(r * cols + c + 1) * LANE_BITS] for r, c in members]
-                m.d.comb += [write.en.eq(self.load.en), write.addr.eq(self.load.addr), write.data.eq(Cat(*lanes))]
-            read_data = Signal.like(read.data, name=f"bank{d}_data")
-            m.d.sync += read_data.eq(read.data)
+            read_data = self._bank(m, d, init, word, members)
             # The slot and width of the word read, beside its registered data.
             read_slot = delayed(m, slot, 2, f"read_slot{d}")
             read_bits = delayed(m, bits, 2, f"read_bits{d}")

@@ -18,11 +18,19 @@ from hdl.gateware.weight_memory import diagonal_members
 DP16KD_SHAPES = ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36))
 
 
-def dp16kd_blocks(width: int, depth: int) -> int:
-    """The fewest DP16KD that hold a ``width`` x ``depth`` ROM."""
+def dp16kd_shape(width: int, depth: int) -> tuple[int, int]:
+    """The DP16KD shape ``(depth, width)`` that holds a ``width`` x ``depth`` ROM in the
+    fewest blocks (the deepest among equals)."""
     if width < 1 or depth < 1:
         raise ValueError(f"a ROM needs a positive width and depth, not {width} x {depth}")
-    return min(math.ceil(width / w) * math.ceil(depth / d) for d, w in DP16KD_SHAPES)
+    return min(DP16KD_SHAPES, key=lambda shape: (math.ceil(width / shape[1]) * math.ceil(depth / shape[0]),
+                                                 -shape[0]))
+
+
+def dp16kd_blocks(width: int, depth: int) -> int:
+    """The fewest DP16KD that hold a ``width`` x ``depth`` ROM."""
+    d, w = dp16kd_shape(width, depth)
+    return math.ceil(width / w) * math.ceil(depth / d)
 
 
 def weight_memory_dp16kd(program: Program) -> int:
