@@ -225,10 +225,15 @@ class GemmEngine(wiring.Component):
                                                    lane_inputs=bool(self._taps))
         m.d.comb += [array.x.eq(x_reg), array.weights.eq(weights.weights)]
 
-        # Accumulate at the array's output.
-        ctrl_read = delayed(m, step, self.sum_latency - 2, "ctrl")
-        ctrl_early = delayed(m, ctrl_read, 1, "ctrl")
-        ctrl = delayed(m, ctrl_early, 1, "ctrl")
+        # Accumulate at the array's output. The accumulator and bias block RAMs are read three
+        # cycles ahead: their data is registered once beside them, then chosen into the
+        # addend register at the adders (the block RAMs' clock-to-out and the route across
+        # the chip are a cycle each). The choice is made a cycle ahead, so the sum's path into
+        # the accumulator block RAM is a register, an adder and the route.
+        ctrl_read = delayed(m, step, self.sum_latency - 3, "ctrl")
+        ctrl_requant = delayed(m, ctrl_read, 1, "ctrl")
+        ctrl_next = delayed(m, ctrl_requant, 1, "ctrl")
+        ctrl = delayed(m, ctrl_next, 1, "ctrl")
         acc_mem = memory.Memory(shape=data.ArrayLayout(signed(cfg.accumulator_bits), cols),
                                 depth=cfg.accumulator_depth, init=[])
         m.submodules.accumulators = acc_mem
@@ -239,22 +244,27 @@ class GemmEngine(wiring.Component):
         if runtime:
             self._load_into(m, bias_mem, self.load_biases)
         m.d.comb += [acc_rd.addr.eq(ctrl_read.acc_addr), bias_rd.addr.eq(ctrl_read.p_addr)]
-        acc_read, bias = Signal.like(acc_rd.data), Signal.like(bias_rd.data)
-        m.d.sync += [acc_read.eq(acc_rd.data), bias.eq(bias_rd.data)]
-        # The previous step's write, which the read (a cycle before it) did not see.
+        acc_near, bias_near = Signal.like(acc_rd.data), Signal.like(bias_rd.data)
+        m.d.sync += [acc_near.eq(acc_rd.data), bias_near.eq(bias_rd.data)]
+        # The next sum's addend: its bias on its first step; else the last two steps' writes,
+        # which its read (three cycles before the sum; it sees a write of its own cycle) did
+        # not see, the later one first; else what it read.
         written = Signal(data.StructLayout({"en": 1, "addr": acc_wr.addr.shape(), "data": acc_wr.data.shape()}))
-        forward = Signal()
-        m.d.comb += forward.eq(written.en & (written.addr == ctrl.acc_addr))
-
+        forward, forward_before = Signal(), Signal()
+        m.d.comb += [forward.eq(acc_wr.en & (acc_wr.addr == ctrl_next.acc_addr)),
+                     forward_before.eq(written.en & (written.addr == ctrl_next.acc_addr))]
+        addend = Signal(data.ArrayLayout(signed(cfg.accumulator_bits), cols))
         total = Signal(data.ArrayLayout(signed(cfg.accumulator_bits), cols))
         for c in range(cols):
-            bias_c = bias[c * cfg.accumulator_bits:(c + 1) * cfg.accumulator_bits].as_signed()
-            with m.If(ctrl.first):
-                m.d.comb += total[c].eq(array.y[c] + bias_c)
+            with m.If(ctrl_next.first):
+                m.d.sync += addend[c].eq(bias_near[c * cfg.accumulator_bits:(c + 1) * cfg.accumulator_bits].as_signed())
             with m.Elif(forward):
-                m.d.comb += total[c].eq(array.y[c] + written.data[c])
+                m.d.sync += addend[c].eq(total[c])
+            with m.Elif(forward_before):
+                m.d.sync += addend[c].eq(written.data[c])
             with m.Else():
-                m.d.comb += total[c].eq(array.y[c] + acc_read[c])
+                m.d.sync += addend[c].eq(acc_near[c])
+            m.d.comb += total[c].eq(array.y[c] + addend[c])
         m.d.comb += [
             acc_wr.addr.eq(ctrl.acc_addr),
             acc_wr.data.eq(total),
@@ -267,9 +277,11 @@ class GemmEngine(wiring.Component):
         requant_rd = requant_mem.read_port()
         if runtime:
             self._load_into(m, requant_mem, self.load_requant)
-        m.d.comb += requant_rd.addr.eq(ctrl_early.p_addr)
-        requant_params = Signal.like(requant_rd.data)
-        m.d.sync += requant_params.eq(requant_rd.data)
+        # (Read two cycles before the sum, registered beside the memory, then at the
+        # requantizer's input with the sum.)
+        m.d.comb += requant_rd.addr.eq(ctrl_requant.p_addr)
+        requant_near, requant_params = Signal.like(requant_rd.data), Signal.like(requant_rd.data)
+        m.d.sync += [requant_near.eq(requant_rd.data), requant_params.eq(requant_near)]
 
         tag_layout = data.StructLayout({"addr": unsigned(w.act_addr), "lane": range(cfg.bank_width),
                                         "count": range(cols + 1)})

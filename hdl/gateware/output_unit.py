@@ -77,9 +77,10 @@ class OutputUnit(wiring.Component):
         with m.FSM(name="output"):
             with m.State("IDLE"):
                 with m.If(self.start):
+                    # (``beat`` is already 0: from reset, and from the last SEND. Not clearing
+                    # it here keeps ``start`` off its thousand flip-flops.)
                     m.d.sync += [read_addr.eq(prog.output.base), words_left.eq(words), issued.eq(0), slot.eq(0),
-                                 beat.eq(0), beat_base.eq(0), best_value.eq(sem.ACTIVATION_MIN),
-                                 best_index.eq(0)]
+                                 beat_base.eq(0), best_value.eq(sem.ACTIVATION_MIN), best_index.eq(0)]
                     m.next = "FETCH"
             with m.State("FETCH"):
                 m.d.comb += issue.eq((issued != wpb) & (words_left != 0))
