@@ -161,10 +161,17 @@ def torch_cpu_latency(model_name: str, batches=(1, 16), repeats: int = 200) -> d
     return out
 
 
-def fpga_estimates(build_root: Path, default_only: bool = False) -> list[dict]:
-    """Yosys + nextpnr figures of the 8x8 accelerator for ``Linear(1000, 10)``, of
-    :data:`DEFAULT_DESIGN` and of the array alone; only of :data:`DEFAULT_DESIGN` with
-    ``default_only``."""
+def lenet_design_label(rows: int, cols: int) -> str:
+    """The name of LeNet's accelerator on a ``rows`` x ``cols`` array in the FPGA figures."""
+    return DEFAULT_DESIGN if (rows, cols) == (8, 8) else f"{rows}x{cols} accelerator (LeNet, default widths)"
+
+
+def fpga_estimates(build_root: Path, default_only: bool = False,
+                   lenet_arrays: tuple[tuple[int, int], ...] = ((8, 8),)) -> list[dict]:
+    """Yosys + nextpnr figures of the 8x8 accelerator for ``Linear(1000, 10)``, of LeNet's
+    accelerator on each of ``lenet_arrays`` (:data:`DEFAULT_DESIGN` on 8x8) and of the array
+    alone; only of :data:`DEFAULT_DESIGN` with ``default_only``. A LeNet design's figures
+    carry its array as ``lenet_array``."""
     from hdl.tools.fpga_estimate import estimate_ecp5
     from hdl.gateware.systolic_array import SystolicArray
     from hdl.gateware.top import NeuralNetworkAccelerator
@@ -172,20 +179,25 @@ def fpga_estimates(build_root: Path, default_only: bool = False) -> list[dict]:
     def accelerator(case):
         return lambda: NeuralNetworkAccelerator(case().program)
 
+    def lenet(rows, cols):
+        return accelerator(lambda: trained_case("lenet", AcceleratorConfig(rows=rows, cols=cols), count=1,
+                                                log=lambda *a: None))
+
+    arrays = [(8, 8)] if default_only else list(dict.fromkeys(lenet_arrays))
     designs = [("8x8 accelerator (Linear(1000,10))",
                 accelerator(lambda: random_case("linear", AcceleratorConfig(), count=1)),
-                "neural_network_accelerator"),
-               (DEFAULT_DESIGN,
-                accelerator(lambda: trained_case("lenet", AcceleratorConfig(), count=1, log=lambda *a: None)),
-                "neural_network_accelerator_lenet"),
-               ("8x8 systolic array alone", lambda: SystolicArray(8, 8), "systolic_array")]
+                "neural_network_accelerator", None)]
+    designs += [(lenet_design_label(r, c), lenet(r, c),
+                 "neural_network_accelerator_lenet" + ("" if (r, c) == (8, 8) else f"_{r}x{c}"), [r, c])
+                for r, c in arrays]
+    designs += [("8x8 systolic array alone", lambda: SystolicArray(8, 8), "systolic_array", None)]
     out = []
-    for label, design, name in designs:
+    for label, design, name, lenet_array in designs:
         if default_only and label != DEFAULT_DESIGN:
             continue
         _log(f"[fpga] {label}: Yosys synth_ecp5 + nextpnr-ecp5 (minutes)")
         result = estimate_ecp5(design(), name=name, work_dir=build_root / f"fpga_{name}")
-        out.append({"design": label, **result})
+        out.append({"design": label, "lenet_array": lenet_array, **result})
     return out
 
 
@@ -286,20 +298,21 @@ def summary_rows(totals: list[dict], fpga: list[dict], cpu: dict) -> list[tuple[
             if t["model"] == model and t["batch"] == 1:
                 rows.append((f"{model} utilization, {t['rows']}x{t['cols']}, batch 1 (load and output included)",
                              f"{t['utilization']:.1%} ({t['cycles']:.0f} cycles)"))
-    fmax = None
     for f in fpga:
         rows.append((f"ECP5-85F: {f['design']}",
                      f"Fmax {f['fmax_mhz']:.1f} MHz, DSP {f['dsp']}, DP16KD {f['bram']}, LUT4 {f['lut4']}"))
-        fmax = fmax or f["fmax_mhz"]
     for batch in sorted({b for _, b in cpu}):
         per_image = f" per image" if batch > 1 else ""
         rows.append((f"PyTorch CPU, batch {batch}{per_image}: float / int8 (fbgemm)",
                      f"{cpu['float', batch] / batch * 1e6:.0f} us / {cpu['int8', batch] / batch * 1e6:.0f} us"))
-        lenet = total("lenet", (8, 8), batch)
-        if lenet and fmax:
-            rows.append((f"accelerator 8x8, batch {batch}{per_image}, at {fmax:.1f} MHz",
-                         f"{lenet['cycles'] / batch / (fmax * 1e6) * 1e6:.0f} us "
-                         f"({lenet['cycles'] / batch:.0f} cycles)"))
+        for f in fpga:                          # each placed LeNet design at its own Fmax
+            lenet = f.get("lenet_array") and total("lenet", tuple(f["lenet_array"]), batch)
+            if lenet:
+                seconds = lenet["cycles"] / batch / (f["fmax_mhz"] * 1e6)
+                rows.append((f"accelerator {lenet['rows']}x{lenet['cols']}, batch {batch}{per_image}, "
+                             f"at its {f['fmax_mhz']:.1f} MHz",
+                             f"{seconds * 1e6:.0f} us ({lenet['cycles'] / batch:.0f} cycles); "
+                             f"int8 CPU / accelerator = {cpu['int8', batch] / batch / seconds:.2f}"))
     return rows
 
 
@@ -371,6 +384,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--out", default="build/bench")
     parser.add_argument("--skip-fpga", action="store_true")
+    parser.add_argument("--place-lenet", default="8x8,12x12",
+                        help="arrays whose LeNet accelerator is placed and routed (12x12: about 25 minutes more)")
     parser.add_argument("--speed-inputs", type=int, default=1)
     parser.add_argument("--skip-precision", action="store_true", help="leave out the precision table")
     parser.add_argument("--models", default=",".join(BUILDERS),
@@ -389,8 +404,12 @@ def main(argv=None) -> int:
     try:
         arrays = [tuple(int(v) for v in a.split("x")) for a in args.arrays.split(",")]
         batches = [int(b) for b in args.batches.split(",")]
+        placed = [tuple(int(v) for v in a.split("x")) for a in args.place_lenet.split(",")]
     except ValueError:
-        parser.error(f"arrays must look like 4x4,8x8 and batches like 1,16, not {args.arrays!r} / {args.batches!r}")
+        parser.error(f"arrays and place-lenet must look like 4x4,8x8 and batches like 1,16, not "
+                     f"{args.arrays!r} / {args.place_lenet!r} / {args.batches!r}")
+    if not set(placed) <= set(arrays):
+        parser.error(f"place-lenet arrays must be among the arrays ({args.arrays}), not {args.place_lenet!r}")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     build_root = out_dir / "runs"
@@ -410,7 +429,7 @@ def main(argv=None) -> int:
     schedule = schedule_tables(arrays, batches, build_root)
     totals = whole_model(schedule)
     speeds = simulator_speeds(build_root, args.speed_inputs)
-    fpga = [] if args.skip_fpga else fpga_estimates(build_root)
+    fpga = [] if args.skip_fpga else fpga_estimates(build_root, lenet_arrays=tuple(placed))
     cpu = torch_cpu_latency("lenet")
     cpu_latency = cpu["float", 1]
     precision = [] if args.skip_precision else precision_table(log=_log)
@@ -432,14 +451,15 @@ def main(argv=None) -> int:
     if fpga:
         _log("\n== FPGA estimates (ECP5 LFE5U-85F, Yosys + nextpnr) ==")
         for f in fpga:
-            _log(f"{f['design']:<36} LUT4 {f['lut4']:>6}  FF {f['ff']:>6}  DSP {f['dsp']:>3}  "
+            _log(f"{f['design']:<42} LUT4 {f['lut4']:>6}  FF {f['ff']:>6}  DSP {f['dsp']:>3}  "
                  f"BRAM {f['bram']:>3}  Fmax {f['fmax_mhz']:.1f} MHz")
-        fmax = fpga[0]["fmax_mhz"]
-        if lenet_8x8:
+        default_design = next((f for f in fpga if f["design"] == DEFAULT_DESIGN), None)
+        if lenet_8x8 and default_design:
+            fmax = default_design["fmax_mhz"]
             latency = {"fmax_mhz": fmax, "cycles": lenet_8x8["cycles"],
                        "accelerator_seconds": lenet_8x8["cycles"] / (fmax * 1e6),
                        "torch_cpu_seconds": cpu_latency}
-    elif lenet_8x8:
+    if lenet_8x8 and not latency:
         latency = {"torch_cpu_seconds": cpu_latency, "cycles": lenet_8x8["cycles"]}
     _log("\n== latency, LeNet-style CNN, batch 1 ==")
     _log(f"PyTorch float on this CPU ({torch.get_num_threads()} threads): {cpu_latency * 1e6:.0f} us per inference")
@@ -454,7 +474,7 @@ def main(argv=None) -> int:
     print_zoo_section(zoo)
     _log("\n== summary (this run) ==")
     for label, value in summary_rows(totals, fpga, cpu):
-        _log(f"{label:<58} {value}")
+        _log(f"{label:<62} {value}")
     chart_path = out_dir / "utilization.png"
     chart(schedule, chart_path)
     _write_results(out_dir, {**results, "schedule": schedule, "totals": totals, "simulators": speeds, "fpga": fpga,

@@ -96,12 +96,37 @@ def test_zoo_fmax_names_its_source():
     assert bench.zoo_fmax([], None) == (None, "no Fmax: --skip-fpga without --fmax-mhz")
 
 
+def test_summary_gives_each_placed_lenet_design_its_own_fmax():
+    """Each LeNet design's latency uses the Fmax measured on that design (not the first
+    design's), per image at each batch, beside PyTorch's int8 figure of that batch."""
+    totals = [{"model": "lenet", "rows": r, "cols": r, "batch": b, "cycles": cycles, "utilization": 0.5}
+              for r, b, cycles in [(8, 1, 50_000), (12, 1, 25_000), (8, 16, 640_000), (12, 16, 320_000)]]
+    fpga = [{"design": "8x8 accelerator (Linear(1000,10))", "lenet_array": None, "fmax_mhz": 120.0, "dsp": 72,
+             "bram": 10, "lut4": 1},
+            {"design": bench.DEFAULT_DESIGN, "lenet_array": [8, 8], "fmax_mhz": 100.0, "dsp": 72, "bram": 170,
+             "lut4": 2},
+            {"design": bench.lenet_design_label(12, 12), "lenet_array": [12, 12], "fmax_mhz": 50.0, "dsp": 156,
+             "bram": 172, "lut4": 3}]
+    cpu = {("float", 1): 400e-6, ("int8", 1): 250e-6, ("float", 16): 1600e-6, ("int8", 16): 1600e-6}
+    rows = dict(bench.summary_rows(totals, fpga, cpu))
+    assert rows["accelerator 8x8, batch 1, at its 100.0 MHz"] == "500 us (50000 cycles); int8 CPU / accelerator = 0.50"
+    assert rows["accelerator 12x12, batch 1, at its 50.0 MHz"] == "500 us (25000 cycles); int8 CPU / accelerator = 0.50"
+    assert rows["accelerator 12x12, batch 16 per image, at its 50.0 MHz"] == \
+        "400 us (20000 cycles); int8 CPU / accelerator = 0.25"
+    assert rows["PyTorch CPU, batch 16 per image: float / int8 (fbgemm)"] == "100 us / 100 us"
+    assert not any("120.0 MHz" in label for label in rows)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--models", "dwsep,resnet"], r"models must be names of the zoo \(linear, .*, mobilenet\) separated by "
                                    r"commas, not 'dwsep,resnet'"),
     (["--models", ","], r"models must be names of the zoo .* not ','"),
     (["--fmax-mhz", "0"], r"fmax-mhz must be positive, not 0.0"),
     (["--cpu-repeats", "0"], r"cpu-repeats must be a positive integer, not 0"),
+    (["--place-lenet", "12by12"], r"arrays and place-lenet must look like 4x4,8x8 .* not '8x8,12x12,16x16' / "
+                                  r"'12by12' / '1,16'"),
+    (["--arrays", "8x8", "--place-lenet", "8x8,12x12"],
+     r"place-lenet arrays must be among the arrays \(8x8\), not '8x8,12x12'"),
 ])
 def test_bench_rejects_bad_options(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
