@@ -14,7 +14,7 @@ from hdl.gateware.activation_memory import ActivationMemory
 from hdl.gateware.window import WindowAddress
 
 #: Cycles of an op's start and drain beyond the array's rows and columns.
-OP_FIXED_OVERHEAD = 13 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY
+OP_FIXED_OVERHEAD = 14 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY
 
 
 def op_overhead(config: AcceleratorConfig) -> int:

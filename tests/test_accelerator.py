@@ -26,7 +26,7 @@ def test_dense_models_match_reference(model, rows, cols, simulator, simulate_cas
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
 # add at most a few cycles); these bounds catch a change that slows the schedule.
-CYCLE_BOUNDS = {("linear", 8, 8): 435, ("mlp", 8, 8): 138}
+CYCLE_BOUNDS = {("linear", 8, 8): 355, ("mlp", 8, 8): 146}     # measured 349 and 144, +2%
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))
@@ -135,17 +135,17 @@ def test_pytorch_default_qconfig_model_runs_exactly(simulate_case):
 # that takes more than 2% over its figure fails, and so does one 2% under it: then the
 # figures here are out of date and must follow the new schedule.
 PINNED_OP_CYCLES = {
-    ("lenet", 8, 8): [12838, 1618, 26918, 275, 7318, 6338, 164],
-    ("lenet", 4, 8): [22434, 1618, 49954, 275, 14034, 12634, 284],
-    ("stem", 8, 8): [8230, 2322], ("stem", 4, 8): [14370, 2322],
-    ("dwsep", 8, 8): [576, 550], ("dwsep", 4, 8): [828, 1058],
+    ("lenet", 8, 8): [12842, 1623, 26922, 280, 7322, 6342, 168],
+    ("lenet", 4, 8): [22438, 1623, 49958, 280, 14038, 12638, 288],
+    ("stem", 8, 8): [8234, 2327], ("stem", 4, 8): [14374, 2327],
+    ("dwsep", 8, 8): [577, 554], ("dwsep", 4, 8): [829, 1062],
     # MobileNetV1 0.25 (conv, then depthwise/pointwise pairs, average pooling, classifier)
     # and its first four blocks on 3x32x32.
     # Depthwise layers and the average pooling run taps-on-rows.
-    ("mobilenet", 8, 8): [9254, 4736, 4646, 2432, 4646, 4832, 9254, 1280, 4646, 2528, 9254, 704, 4646, 1376,
-                          9254, 1376, 9254, 1376, 9254, 1376, 9254, 1376, 9254, 416, 4646, 800, 9254, 160, 70],
-    ("mobilenet4", 8, 8): [1062, 576, 550, 320, 550, 608, 1062, 192, 550, 72, 46],
-    ("dscnn", 8, 8): [5038, 2112, 8038, 2112, 8038, 2112, 8038, 2112, 8038, 1038, 54],
+    ("mobilenet", 8, 8): [9258, 4737, 4650, 2433, 4650, 4833, 9258, 1281, 4650, 2529, 9258, 705, 4650, 1377,
+                          9258, 1377, 9258, 1377, 9258, 1377, 9258, 1377, 9258, 417, 4650, 801, 9258, 161, 74],
+    ("mobilenet4", 8, 8): [1066, 577, 554, 321, 554, 609, 1066, 193, 554, 73, 50],
+    ("dscnn", 8, 8): [5042, 2113, 8042, 2113, 8042, 2113, 8042, 2113, 8042, 1042, 58],
 }
 PINNED_TOLERANCE = 0.02
 
@@ -170,7 +170,7 @@ def test_pinned_cycle_check_fails_on_a_slower_op():
                              + [[40, 0], [18, 0]]}]              # the input load and the output
     check_pinned_cycles(("lenet", 8, 8), Report(1.0))
     check_pinned_cycles(("lenet", 8, 8), Report(1.019))
-    with pytest.raises(AssertionError, match="op 2: 27725 cycles"):
+    with pytest.raises(AssertionError, match="op 2: 27729 cycles"):
         check_pinned_cycles(("lenet", 8, 8), Report(1.03))
     with pytest.raises(AssertionError, match="update PINNED_OP_CYCLES"):
         check_pinned_cycles(("lenet", 8, 8), Report(0.97))

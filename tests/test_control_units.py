@@ -266,11 +266,13 @@ def test_op_table_holds_each_ops_constants():
     async def bench(ctx):
         for index, op in enumerate(program.ops):
             ctx.set(dut.op_index, index)
-            # is_pool and is_last follow at once; the constants after the clock edge.
+            # Everything follows after the clock edge (registers), nothing before it.
             await ctx.delay(1e-9)
+            if index:
+                assert ctx.get(dut.is_pool) == isinstance(program.ops[index - 1], PoolOp)
+            await ctx.tick()
             assert ctx.get(dut.is_last) == (index == len(program.ops) - 1)
             assert ctx.get(dut.is_pool) == isinstance(op, PoolOp)
-            await ctx.tick()
             if isinstance(op, GemmOp):
                 taps_w = op.row_tiles if op.folded else op.kernel[1]
                 want = {"window": _window(op), "folded": int(op.folded), "taps_w": taps_w,
@@ -320,10 +322,11 @@ def _run_sequencer(kinds, inferences, seed):
     async def bench(ctx):
         busy_left, output_left, load_wait = 0, None, int(rng.integers(1, 6))
         loads, rearms, cycle = 0, 0, 0
+        table_index = 0                             # the op table's registers follow a cycle late
         while len([e for e in events if e[0] == "rearm"]) < inferences:
             index = ctx.get(dut.op_index)
-            ctx.set(dut.is_pool, kinds[index] == "pool" if index < ops else 0)
-            ctx.set(dut.is_last, index == ops - 1)
+            ctx.set(dut.is_pool, kinds[table_index] == "pool")
+            ctx.set(dut.is_last, table_index == ops - 1)
             ctx.set(dut.engine_busy, busy_left > 0)
             # The loader: one done pulse per inference; stray pulses later must do nothing.
             loaded = load_wait == 0 or (load_wait < 0 and loads > rearms and rng.random() < 0.1)
@@ -345,6 +348,7 @@ def _run_sequencer(kinds, inferences, seed):
                     events.append((name, cycle, row["op_index"]))
             await ctx.tick()
             cycle += 1
+            table_index = index
             # Engines: busy from the cycle after their start, for a random length.
             busy_left = max(0, busy_left - 1)
             if row["gemm_start"] or row["pool_start"]:
@@ -377,7 +381,7 @@ def test_sequencer_order_and_drain(kinds):
     starts = [e for e in pulses if e[0] in ("gemm_start", "pool_start")]
     assert [e[2] for e in starts] == list(range(ops)) * 2                         # op_index at each start
     # loaded -> the first start 2 cycles later; an engine's first idle cycle -> the next start
-    # 3 cycles later or the output 1 cycle later, plus DRAIN cycles after a GEMM op only.
+    # 4 cycles later or the output 2 cycles later, plus DRAIN cycles after a GEMM op only.
     idles = [e[1] for e in events if e[0] == "idle"]
     assert len(idles) == 2 * ops
     by_cycle = {row["cycle"]: row for row in trace}
@@ -390,7 +394,8 @@ def test_sequencer_order_and_drain(kinds):
                 continue
             kind = kinds[previous[2]]
             idle = min(i for i in idles if i > previous[1])
-            want = (1 if name == "output_start" else 3) + (DRAIN if kind == "gemm" else 0)
+            # (The sequencer registers the engine's busy: it sees the idle a cycle late.)
+            want = (2 if name == "output_start" else 4) + (DRAIN if kind == "gemm" else 0)
             assert cycle - idle == want, f"{name} after {kind}: {cycle - idle} cycles after idle, expected {want}"
         if name == "rearm":
             assert by_cycle[cycle]["output_done"]

@@ -408,22 +408,33 @@ def test_step_model_hand_checked():
     assert len(want) == 2 * 27 * 32
 
 
+@pytest.mark.parametrize("stages", [0, 2])
 @pytest.mark.parametrize("divisor", [1, 3, 6, 8, 12, 20])
-def test_divmod_by_constant_is_exact(divisor):
-    """Every 11-bit value: the quotient by multiplication and shift, and the remainder."""
-    from amaranth import Module, Signal
+def test_divmod_by_constant_is_exact(divisor, stages):
+    """Every 11-bit value: the quotient by multiplication and shift, and the remainder;
+    pipelined, exactly ``stages`` cycles after the value (a new value every cycle)."""
+    from amaranth import ClockDomain, Module, Signal
     from amaranth.sim import Simulator
     from hdl.gateware.window import divmod_by_constant
     m = Module()
     value = Signal(11)
-    quotient, remainder = divmod_by_constant(m, value, divisor)
+    quotient, remainder = divmod_by_constant(m, value, divisor, stages=stages)
+    if stages:
+        m.domains.sync = ClockDomain()
 
     async def bench(ctx):
-        for x in range(1 << 11):
-            ctx.set(value, x)
-            assert (ctx.get(quotient), ctx.get(remainder)) == divmod(x, divisor), x
+        values = list(range(1 << 11))
+        for n in range(len(values) + stages):
+            ctx.set(value, values[n] if n < len(values) else 0)
+            if n >= stages:
+                x = values[n - stages]
+                assert (ctx.get(quotient), ctx.get(remainder)) == divmod(x, divisor), x
+            if stages:
+                await ctx.tick()
 
     sim = Simulator(m)
+    if stages:
+        sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
 

@@ -13,9 +13,9 @@ from hdl.gateware.step_generator import gemm_params, gemm_params_layout
 class OpTable(wiring.Component):
     """A ROM of every op's constants.
 
-    ``is_pool`` and ``is_last`` follow ``op_index`` at once; the constants a cycle later,
-    from registers, so that the engines' arithmetic on them starts at a flip-flop rather
-    than at the end of a multiplexer over every op (the sequencer waits that cycle).
+    Everything follows ``op_index`` a cycle later, from registers, so that the engines'
+    arithmetic and the sequencer's decisions start at a flip-flop rather than at the end of
+    a decoder over every op (the sequencer waits that cycle).
 
     Members
     -------
@@ -26,7 +26,7 @@ class OpTable(wiring.Component):
     load_zero_points: In (with ``runtime_weights``), writes GEMM op ``addr``'s input zero
     point (GEMM ops counted in program order): the zero points are registers, not constants.
     """
-    #: Cycles from ``op_index`` to the constants.
+    #: Cycles from ``op_index`` to every output.
     LATENCY = 1
 
     def __init__(self, program: Program, widths: Widths):
@@ -46,7 +46,7 @@ class OpTable(wiring.Component):
         m = Module()
         ops = self._program.ops
         gemm_layout, pool_layout = self.gemm.shape(), self.pool.shape()
-        m.d.comb += self.is_last.eq(self.op_index == len(ops) - 1)
+        m.d.sync += [self.is_last.eq(self.op_index == len(ops) - 1), self.is_pool.eq(0)]
         bank = self._program.config.bank_width
         gemm_ops = [op for op in ops if isinstance(op, GemmOp)]
         if self._program.config.runtime_weights:
@@ -67,5 +67,5 @@ class OpTable(wiring.Component):
                                      self.zero_point.eq(zero_points[gemm_ordinal[index]])]
                     else:
                         m.d.sync += self.pool.eq(pool_layout.const(pool_params(op, bank)))
-                        m.d.comb += self.is_pool.eq(1)
+                        m.d.sync += self.is_pool.eq(1)
         return m

@@ -63,6 +63,9 @@ class PoolEngine(wiring.Component):
 
     #: Cycles from a read's address to its data in the engine's register.
     DATA_LATENCY = ActivationMemory.READ_LATENCY + 1
+    #: Cycles from a read's address to its taps' maximum (padding applied) in a register,
+    #: which the running maximum takes.
+    TAP_LATENCY = DATA_LATENCY + 1
 
     def __init__(self, widths: Widths, bank_width: int, data_bits: int, read_words: int = 1, packed: bool = False,
                  row_reads: tuple[tuple[int, int], ...] = ()):
@@ -145,12 +148,13 @@ class PoolEngine(wiring.Component):
                      window.tap.oy.eq(oy), window.tap.ox.eq(ox), window.tap.i.eq(i), window.tap.j.eq(j),
                      window.tap.image_base.eq(ibase), window.tap.word.eq(word)]
         m.d.comb += [window.window.eq(g), self.read.addr.eq(window.addr)]
-        tags = delay_line(m, tag, WindowAddress.LATENCY + self.DATA_LATENCY, "tag")
+        tags = delay_line(m, tag, WindowAddress.LATENCY + self.TAP_LATENCY, "tag")
 
         # Data arrives from the memory's bank registers through its word reordering, and is
         # registered again here (the reordering and the route take a cycle of their own). A
-        # read of several taps becomes one of their lane-wise maximum first; then a running
-        # maximum, lane-wise over the words.
+        # read of several taps becomes one of their lane-wise maximum (a tree), padding
+        # applied, registered; then a running maximum, lane-wise over the words: one
+        # comparison a stage.
         at_data, pad = tags[-1], delayed(m, window.pad, self.DATA_LATENCY, "pad")
         read_lanes = self._read_words * bank
         read_data = Signal.like(self.read.data, name="read_data")
@@ -160,19 +164,13 @@ class PoolEngine(wiring.Component):
         for taps, words in self._row_reads:                 # (params are held until the last write)
             with m.If((p.taps == taps) & (p.words == words)):
                 for lane in range(words * bank):
-                    values = [read_data[t * words * bank + lane] for t in range(taps)]
-                    best_tap = values[0]
-                    for value in values[1:]:
-                        best_tap = Mux(value > best_tap, value, best_tap)
-                    m.d.comb += read[lane].eq(best_tap)
+                    m.d.comb += read[lane].eq(_maximum([read_data[t * words * bank + lane] for t in range(taps)]))
+        taps_max = Signal(data.ArrayLayout(signed(self._data_bits), read_lanes))
+        m.d.sync += [taps_max[lane].eq(Mux(pad, sem.MAXPOOL_PAD_VALUE, read[lane])) for lane in range(read_lanes)]
         best = Signal(data.ArrayLayout(signed(self._data_bits), read_lanes))
         for lane in range(read_lanes):
-            value = Signal(signed(self._data_bits), name=f"tap{lane}")
-            m.d.comb += value.eq(read[lane])
-            with m.If(pad):
-                m.d.comb += value.eq(sem.MAXPOOL_PAD_VALUE)
-            with m.If(at_data.first | (value > best[lane])):
-                m.d.sync += best[lane].eq(value)
+            with m.If(at_data.first | (taps_max[lane] > best[lane])):
+                m.d.sync += best[lane].eq(taps_max[lane])
         done = Signal()
         at_done = Signal.like(at_data)
         m.d.sync += [done.eq(at_data.valid & at_data.last), at_done.eq(at_data)]
@@ -203,3 +201,11 @@ class PoolEngine(wiring.Component):
         m.d.comb += self.busy.eq(running | Cat(*(t.valid for t in tags)).any() | done |
                                  Cat(*(entry.lanes for entry in queue)).any())
         return m
+
+
+def _maximum(values):
+    """The largest of ``values`` (signed), as a balanced tree of comparisons."""
+    while len(values) > 1:
+        pairs = [Mux(a > b, a, b) for a, b in zip(values[::2], values[1::2])]
+        values = pairs + values[len(pairs) * 2:]
+    return values[0]

@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.compiler.program import TensorPlacement
 from hdl.compiler.widths import Widths
 from hdl.gateware.pipeline import delayed
-from hdl.gateware.shift_add import shift_add_product
+from hdl.gateware.shift_add import pipelined_shift_add_product, shift_add_product
 
 
 def window_layout(w: Widths) -> data.StructLayout:
@@ -55,7 +55,9 @@ class WindowAddress(wiring.Component):
 
     1. ``oy * sh``, ``ox * sw``; 2. the input coordinates and the padding test;
     3. ``iy * in_w``; 4. the pixel index; 5. ``pixel * in_cw``; 6. the memory address
-    (0 for padding; the reader replaces that data).
+    (0 for padding; the reader replaces that data); 7-9. registers only, so that
+    :class:`FoldedWindowAddress` (whose word and lane take a division by the bank
+    width over stages 7 to 9) has the same latency.
 
     Members
     -------
@@ -63,7 +65,7 @@ class WindowAddress(wiring.Component):
     tap: In, one tap a cycle.
     addr, pad: Out, registered, for the tap of ``LATENCY`` cycles ago.
     """
-    LATENCY = 6
+    LATENCY = 9
 
     def __init__(self, widths: Widths):
         self._w = widths
@@ -102,7 +104,10 @@ class WindowAddress(wiring.Component):
         word = delayed(m, s2_word, 3, "s5_word")
         pad = delayed(m, s2_pad, 3, "s5_pad")
 
-        m.d.sync += [self.addr.eq(Mux(pad, 0, g.in_base + s5_offset + word)), self.pad.eq(pad)]
+        s6_addr, s6_pad = Signal(w.act_addr), Signal()
+        m.d.sync += [s6_addr.eq(Mux(pad, 0, g.in_base + s5_offset + word)), s6_pad.eq(pad)]
+        m.d.comb += [self.addr.eq(delayed(m, s6_addr, self.LATENCY - 6, "addr")),
+                     self.pad.eq(delayed(m, s6_pad, self.LATENCY - 6, "pad"))]
         return m
 
 
@@ -177,38 +182,53 @@ class FoldedWindowAddress(wiring.Component):
                      s4_hi.eq(s3_right - s3_off)]
         s4_off = delayed(m, s3_off, 1, "s4_off")
 
-        # Stage 5: pixel * in_cw.
-        s5_elements = Signal(elem_s)
-        m.d.sync += s5_elements.eq(shift_add_product(s4_pixel, g.in_cw, len(s5_elements)))
-        s5_off, s5_lo, s5_hi = (delayed(m, v, 1, n) for v, n in ((s4_off, "s5_off"), (s4_lo, "s5_lo"), (s4_hi, "s5_hi")))
-        pad = delayed(m, s2_pad, 3, "s5_pad")
+        # Stage 5: pixel * in_cw; the tensor's first element plus the tile's offset.
+        s5_elements, s5_start = Signal(elem_s), Signal(elem_s)
+        m.d.sync += [s5_elements.eq(shift_add_product(s4_pixel, g.in_cw, len(s5_elements))),
+                     s5_start.eq(shift_add_product(g.in_base, bank, len(s5_start)) + s4_off)]
 
-        # Stage 6: the element address as word and lane; the bounds clamped to the rows.
-        # (The guard words before a packed tensor keep the element of an inside kernel row
-        # positive.)
-        element = Signal(elem_s)
-        m.d.comb += element.eq(shift_add_product(g.in_base, bank, len(element)) + s5_elements + s5_off)
-        word, lane = divmod_by_constant(m, element.as_unsigned()[:len(element) - 1], bank)
+        # Stage 6: the element. (The guard words before a packed tensor keep the element of
+        # an inside kernel row positive.)
+        s6_element = Signal(elem_s)
+        m.d.sync += s6_element.eq(s5_elements + s5_start)
+
+        # Stages 7-8: the element as word and lane (a division by the bank width);
+        # stage 9: registered, the bounds clamped to the rows.
+        split = self.LATENCY - 7
+        word, lane = divmod_by_constant(m, s6_element.as_unsigned()[:len(s6_element) - 1], bank, stages=split)
+        pad = delayed(m, s2_pad, self.LATENCY - 3, "pad")
+        lo, hi = (delayed(m, v, self.LATENCY - 5, n) for v, n in ((s4_lo, "lo"), (s4_hi, "hi")))
         m.d.sync += [self.addr.eq(Mux(pad, 0, word)), self.lane.eq(lane), self.pad.eq(pad)]
-        for bound, value in ((self.row_lo, s5_lo), (self.row_hi, s5_hi)):
+        for bound, value in ((self.row_lo, lo), (self.row_hi, hi)):
             m.d.sync += bound.eq(Mux(value < 0, 0, Mux(value > rows, rows, value)))
         return m
 
 
-def divmod_by_constant(m: Module, value, divisor: int):
-    """``(value // divisor, value % divisor)`` of an unsigned value, combinationally: a shift
-    for the power-of-two part, and for the odd part ``o`` a multiplication by
-    ``ceil(2**k / o)`` and a shift by ``k = N + bits(o)``, exact for every N-bit value."""
-    n = len(value)
+def divmod_by_constant(m: Module, value, divisor: int, stages: int = 0):
+    """``(value // divisor, value % divisor)`` of an unsigned value: a shift for the
+    power-of-two part, and for the odd part ``o`` a multiplication by ``ceil(2**k / o)``
+    and a shift by ``k = N + bits(o)``, exact for every N-bit value. Combinational with
+    ``stages=0``; else both follow ``value`` ``stages`` cycles later, the multiplication
+    cut into that many registered parts (the remainder is a few bits' subtraction after)."""
+    if stages < 0:
+        raise ValueError(f"a division's stages must be 0 or more, not {stages}")
     twos = (divisor & -divisor).bit_length() - 1
     odd = divisor >> twos
     high = value[twos:]
     if odd == 1:
-        quotient = high
+        quotient = delayed(m, high, stages, "quotient") if stages else high
     else:
         k = len(high) + odd.bit_length()
+        reciprocal = -(-(1 << k) // odd)
+        if stages:
+            product = pipelined_shift_add_product(m, high, reciprocal, k + len(high), stages, "quotient_product")
+        else:
+            product = shift_add_product(high, reciprocal, k + len(high))
         quotient = Signal(len(high), name="quotient")
-        m.d.comb += quotient.eq(shift_add_product(high, -(-(1 << k) // odd), k + len(high))[k:])
+        m.d.comb += quotient.eq(product[k:])
+    # The remainder is below the divisor, so its bits of the difference are all it needs.
     remainder = Signal(range(divisor), name="remainder")
-    m.d.comb += remainder.eq(value - shift_add_product(quotient, divisor, n))
+    width = len(remainder)
+    low = delayed(m, value[:width], stages, "dividend_low") if stages else value[:width]
+    m.d.comb += remainder.eq(low - shift_add_product(quotient[:width], divisor, width))
     return quotient, remainder
