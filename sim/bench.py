@@ -166,6 +166,11 @@ def lenet_design_label(rows: int, cols: int) -> str:
     return DEFAULT_DESIGN if (rows, cols) == (8, 8) else f"{rows}x{cols} accelerator (LeNet, default widths)"
 
 
+def _array_shapes(text: str) -> list[tuple[int, ...]]:
+    """``"8x8,12x12"`` as ``[(8, 8), (12, 12)]`` (ValueError where a number is not one)."""
+    return [tuple(int(v) for v in shape.split("x")) for shape in text.split(",")]
+
+
 def fpga_estimates(build_root: Path, default_only: bool = False,
                    lenet_arrays: tuple[tuple[int, int], ...] = ((8, 8),)) -> list[dict]:
     """Yosys + nextpnr figures of the 8x8 accelerator for ``Linear(1000, 10)``, of LeNet's
@@ -402,9 +407,8 @@ def main(argv=None) -> int:
     if args.cpu_repeats < 1:
         parser.error(f"cpu-repeats must be a positive integer, not {args.cpu_repeats!r}")
     try:
-        arrays = [tuple(int(v) for v in a.split("x")) for a in args.arrays.split(",")]
+        arrays, placed = _array_shapes(args.arrays), _array_shapes(args.place_lenet)
         batches = [int(b) for b in args.batches.split(",")]
-        placed = [tuple(int(v) for v in a.split("x")) for a in args.place_lenet.split(",")]
     except ValueError:
         parser.error(f"arrays and place-lenet must look like 4x4,8x8 and batches like 1,16, not "
                      f"{args.arrays!r} / {args.place_lenet!r} / {args.batches!r}")

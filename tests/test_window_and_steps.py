@@ -439,6 +439,13 @@ def test_divmod_by_constant_is_exact(divisor, stages):
     sim.run()
 
 
+def test_divmod_by_constant_rejects_negative_stages():
+    from amaranth import Module, Signal
+    from hdl.gateware.window import divmod_by_constant
+    with pytest.raises(ValueError, match="a division's stages must be 0 or more, not -1"):
+        divmod_by_constant(Module(), Signal(11), 12, stages=-1)
+
+
 def test_folded_step_model_hand_checked():
     """The model's folded reads, worked by hand: one channel, 3x3 kernel, padding 1, on a
     3x4 input and a 4x4 array (4-lane words)."""

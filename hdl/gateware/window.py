@@ -216,7 +216,7 @@ def divmod_by_constant(m: Module, value, divisor: int, stages: int = 0):
     odd = divisor >> twos
     high = value[twos:]
     if odd == 1:
-        quotient = delayed(m, high, stages, "quotient") if stages else high
+        quotient = delayed(m, high, stages, "quotient")
     else:
         k = len(high) + odd.bit_length()
         reciprocal = -(-(1 << k) // odd)
@@ -229,6 +229,6 @@ def divmod_by_constant(m: Module, value, divisor: int, stages: int = 0):
     # The remainder is below the divisor, so its bits of the difference are all it needs.
     remainder = Signal(range(divisor), name="remainder")
     width = len(remainder)
-    low = delayed(m, value[:width], stages, "dividend_low") if stages else value[:width]
+    low = delayed(m, value[:width], stages, "dividend_low")
     m.d.comb += remainder.eq(low - shift_add_product(quotient[:width], divisor, width))
     return quotient, remainder
