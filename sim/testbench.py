@@ -91,7 +91,8 @@ class AcceleratorBench:
         sender = cocotb.start_soon(self.driver.send(pack_input(self.program, codes)))
         beats = await self.monitor.receive(first_stall)
         await sender
-        await Timer(1, unit="ns")           # let the performance counters latch
+        await RisingEdge(self.dut.clk)      # the performance counters latch a cycle after the last beat
+        await Timer(1, unit="ns")
         values = unpack_output(self.program, [b["values"] for b in beats])
         return (values, beats[-1]["onehot"], int(self.dut.perf_cycles.value), int(self.dut.perf_busy.value),
                 await self.read_phases())

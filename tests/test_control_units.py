@@ -78,28 +78,33 @@ def test_perf_counters_match_model(slots):
             ctx.set(dut.busy, busy)
             ctx.set(dut.slot, slot)
             await ctx.tick()
-            model.cycle(start, stop, busy, slot)
+            # The inputs are registered: after this edge the counters show cycles 0 .. t-1.
             assert (ctx.get(dut.last_cycles), ctx.get(dut.last_busy)) == model.last, f"cycle {t}"
             for index in range(slots):
                 ctx.set(dut.select, index)
                 got = (ctx.get(dut.cycles), ctx.get(dut.busy_cycles))
                 assert got == (model.slot_cycles[index], model.slot_busy[index]), f"cycle {t}, slot {index}"
+            model.cycle(start, stop, busy, slot)
 
     run_bench(dut, bench)
 
 
 def test_perf_counters_count_the_start_and_stop_cycles():
     """Hand-checked: start at cycle 0 (busy), cycles 1-2 (busy, idle), stop at 3 (busy): 4
-    cycles, 3 busy; slot 1 holds cycles 0 and 3."""
+    cycles, 3 busy; slot 1 holds cycles 0 and 3. The totals latch a cycle after ``stop``
+    (the inputs are registered), so not yet at the edge after it."""
     dut = PerfCounters(2, bits=8)
 
     async def bench(ctx):
-        for start, stop, busy, slot in [(1, 0, 1, 1), (0, 0, 1, 0), (0, 0, 0, 0), (0, 1, 1, 1), (0, 0, 1, 1)]:
+        for start, stop, busy, slot in [(1, 0, 1, 1), (0, 0, 1, 0), (0, 0, 0, 0), (0, 1, 1, 1)]:
             ctx.set(dut.start, start)
             ctx.set(dut.stop, stop)
             ctx.set(dut.busy, busy)
             ctx.set(dut.slot, slot)
             await ctx.tick()
+        assert (ctx.get(dut.last_cycles), ctx.get(dut.last_busy)) == (0, 0)
+        ctx.set(dut.stop, 0)
+        await ctx.tick()
         assert (ctx.get(dut.last_cycles), ctx.get(dut.last_busy)) == (4, 3)
         ctx.set(dut.select, 1)
         assert (ctx.get(dut.cycles), ctx.get(dut.busy_cycles)) == (2, 2)
