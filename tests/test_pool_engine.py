@@ -228,8 +228,9 @@ def _check_pool_ops(program, layers, seed):
             for addr, data, _ in writes:
                 assert data == want[addr], f"{op.name}: word {addr}: expected {want[addr]}, got {data}"
             assert all(after[a] == before[a] for a in range(len(before)) if a not in want)
-            # One read a cycle, no stalls: the op takes its reads plus the pipeline's depth.
-            assert op.steps <= cycles <= op.steps + 7 + PoolEngine.TAP_LATENCY + WindowAddress.LATENCY, \
+            # One read a cycle, no stalls: the op takes its reads plus the pipeline's depth (and
+            # the busy register's cycle).
+            assert op.steps <= cycles <= op.steps + 8 + PoolEngine.TAP_LATENCY + WindowAddress.LATENCY, \
                 f"{op.name}: {cycles} cycles for {op.steps} reads"
         # The channels against the integer reference (PyTorch max-pool, -128 padding).
         layer = next(l for l in layers if l.name == op.name)

@@ -289,7 +289,7 @@ def _run_ops(program, ops, *, restart_pulses=False):
                 if not busy:
                     break
                 if restart_pulses and cycle % 37 == 0 and len(steps) + 8 < op.steps:
-                    # Ignored while running (the end of the busy period is the xfail test below).
+                    # Ignored while running (the whole busy period: test_start_is_ignored_for_the_whole_busy_period).
                     ctx.set(dut.start, 1)
                 await ctx.tick()
                 ctx.set(dut.start, 0)
@@ -328,7 +328,8 @@ def test_step_sequences_match_loop_nest(make_program):
         # One step every cycle, no gaps; busy covers everything up to the last step.
         assert cycles == list(range(cycles[0], cycles[0] + len(cycles))), f"{op.name}: gaps in the steps"
         assert all(busy_trace[:-1]) and not busy_trace[-1]
-        assert len(busy_trace) == cycles[-1] + 1      # busy_trace[k] is cycle k + 1: falls right after the last step
+        # busy_trace[k] is cycle k + 1; busy is a register: it falls the cycle after the one after the last step.
+        assert len(busy_trace) == cycles[-1] + 2
         for index, (got, exp) in enumerate(zip(steps, want)):
             assert got == exp, f"{op.name} step {index}: expected {exp}, got {got}"
 

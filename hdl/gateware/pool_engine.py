@@ -18,6 +18,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.compiler.program import PoolOp
 from hdl.compiler.widths import Widths
 from hdl.gateware.activation_memory import BANKS, ActivationMemory, window_read_port, write_port
+from hdl.gateware.engine_busy import registered_busy
 from hdl.gateware.pipeline import delay_line, delayed
 from hdl.gateware.window import WindowAddress, window_layout, window_params
 from pytorch_ref.ir import integer_semantics as sem
@@ -50,7 +51,8 @@ def pool_params(op: PoolOp, bank_width: int) -> dict:
 class PoolEngine(wiring.Component):
     """Members
     -------
-    params: In, held while busy; start: In (pulse, ignored while busy); busy: Out.
+    params: In, held while busy; start: In (pulse, ignored while busy); busy: Out, a register
+    (:func:`~hdl.gateware.engine_busy.registered_busy`), low a cycle after the last write.
     read: the activation memory's read port of ``read_words`` words (``READ_LATENCY`` cycles
     after the address).
 
@@ -110,7 +112,8 @@ class PoolEngine(wiring.Component):
         # Counters, innermost first: tap (i, j), read q of the pixel's channels, pixel.
         next_read = running & last_tap
         next_pixel = next_read & last_read
-        with m.If(~self.busy & self.start):                 # ignored until the last write
+        start = ~self.busy & self.start                     # ignored until the last write
+        with m.If(start):
             m.d.sync += [running.eq(1), oy.eq(0), ox.eq(0), q.eq(0), word.eq(0), i.eq(0), j.eq(0),
                          out_addr.eq(p.out_base), out_lane.eq(0), pix_addr.eq(p.out_base), pix_lane.eq(0),
                          ibase.eq(0), pix.eq(0)]
@@ -198,8 +201,8 @@ class PoolEngine(wiring.Component):
             m.d.sync += [queue[k].eq(queue[k + 1]) for k in range(slots - 1)]
             m.d.sync += queue[-1].lanes.eq(0)
         m.d.comb += [self.write.valid.eq(queue[0].lanes.any()), self.write.payload.eq(queue[0])]
-        m.d.comb += self.busy.eq(running | Cat(*(t.valid for t in tags)).any() | done |
-                                 Cat(*(entry.lanes for entry in queue)).any())
+        activity = running | Cat(*(t.valid for t in tags)).any() | done | Cat(*(e.lanes for e in queue)).any()
+        m.d.comb += self.busy.eq(registered_busy(m, activity, start))
         return m
 
 

@@ -11,9 +11,10 @@ class Sequencer(wiring.Component):
     ``gemm_drain`` more cycles have passed (its last writes are still in the pipeline; a
     pooling op's ``busy`` already covers its last write). Each op starts a cycle after
     ``op_index`` names it, when the op table's registers (``is_pool`` and ``is_last`` too)
-    have followed. ``engine_busy`` is registered on arrival (the engines lie across the
-    chip; their busy is an OR of many pipeline stages), so the sequencer sees an engine idle
-    a cycle late, and waits a cycle after a start before it looks.
+    have followed. The engines' ``busy`` outputs are registers
+    (:func:`~hdl.gateware.engine_busy.registered_busy`: they fall a cycle after the engine's
+    last activity and rise a cycle after its start), so the sequencer waits a cycle after a
+    start before it looks.
 
     Members
     -------
@@ -41,8 +42,6 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         drain = Signal(range(self._drain + 2))
-        busy = Signal()
-        m.d.sync += busy.eq(self.engine_busy)
         m.d.comb += self.phase.eq(self.op_index)
         with m.FSM(name="sequencer"):
             with m.State("LOAD"):
@@ -56,10 +55,10 @@ class Sequencer(wiring.Component):
                 m.d.comb += [self.gemm_start.eq(~self.is_pool), self.pool_start.eq(self.is_pool)]
                 m.d.sync += self.reader.eq(Mux(self.is_pool, Reader.POOL, Reader.GEMM))
                 m.next = "WAIT"
-            with m.State("WAIT"):                       # the engine's busy reaches the register
+            with m.State("WAIT"):                       # the engine's busy register follows its start
                 m.next = "RUN"
             with m.State("RUN"):
-                with m.If(~busy):
+                with m.If(~self.engine_busy):
                     m.d.sync += drain.eq(Mux(self.is_pool, 0, self._drain))
                     m.next = "DRAIN"
             with m.State("DRAIN"):

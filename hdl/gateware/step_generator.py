@@ -23,6 +23,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.compiler.program import GemmOp
 from hdl.compiler.widths import Widths, bits_for
 from hdl.config import AcceleratorConfig
+from hdl.gateware.engine_busy import registered_busy
 from hdl.gateware.pipeline import delay_line, delayed
 from hdl.gateware.shift_add import shift_add_product
 from hdl.gateware.step import step_layout, step_stream
@@ -87,7 +88,8 @@ class StepGenerator(wiring.Component):
     -------
     params: In, the op's constants, held stable while ``busy``.
     start: In, a one-cycle pulse that starts the op (ignored while busy).
-    busy: Out, high from ``start`` until the last step has left ``steps``.
+    busy: Out, a register (:func:`~hdl.gateware.engine_busy.registered_busy`): high from the
+    cycle after ``start`` to the cycle after the last step has left ``steps``.
     steps: Out stream, registered.
     """
 
@@ -217,7 +219,7 @@ class StepGenerator(wiring.Component):
         with m.Elif(next_tile):
             m.d.sync += [nt_first.eq(nt_first + self._cfg.cols), nt_out.eq(nt_out + p.out_nt_step)]
 
-        return SimpleNamespace(running=running, nt=nt, kt=kt, i=i, j=j, ct_word=ct_word, ct_group=ct_group,
+        return SimpleNamespace(running=running, start=start, nt=nt, kt=kt, i=i, j=j, ct_word=ct_word, ct_group=ct_group,
                                nt_first=nt_first, nt_out=nt_out, pixel=m0 + cnt, cnt=cnt,
                                w_nt_base=w_nt_base, oy=oy, ox=ox, ibase=ibase, end_of_k=end_of_k)
 
@@ -277,12 +279,12 @@ class StepGenerator(wiring.Component):
                 m.d.comb += [self.steps.payload.act_addr.eq(folded.addr), self.steps.payload.lane.eq(folded.lane),
                              self.steps.payload.row_lo.eq(folded.row_lo), self.steps.payload.row_hi.eq(folded.row_hi),
                              self.steps.payload.pad.eq(folded.pad)]
-        busy = n.running | Cat(*valid).any()
+        busy = registered_busy(m, n.running | Cat(*valid).any(), n.start)
         if self._taps_on_rows:
             m.submodules.taps_on_rows = taps = TapsOnRowsSteps(w, self._cfg, gemm_params_layout(w))
             m.d.comb += [taps.params.eq(p), taps.start.eq(self.start & p.taps_on_rows)]
             with m.If(p.taps_on_rows):
                 m.d.comb += [self.steps.valid.eq(taps.steps.valid), self.steps.payload.eq(taps.steps.payload)]
-            busy |= taps.busy
+            busy |= taps.busy                   # both registers
         m.d.comb += self.busy.eq(busy)
         return m

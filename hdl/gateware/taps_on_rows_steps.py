@@ -23,6 +23,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.compiler.program import READ_WORDS, GemmOp
 from hdl.compiler.widths import Widths
 from hdl.config import AcceleratorConfig
+from hdl.gateware.engine_busy import registered_busy
 from hdl.gateware.step import step_stream
 
 
@@ -62,7 +63,8 @@ class TapsOnRowsSteps(wiring.Component):
     params: In, the op's GEMM constants (``step_generator.gemm_params_layout``), held
     stable while ``busy``.
     start: In, a one-cycle pulse that starts the op (ignored while busy).
-    busy: Out, high from ``start`` until the last step has left ``steps``.
+    busy: Out, a register (:func:`~hdl.gateware.engine_busy.registered_busy`): high from the
+    cycle after ``start`` to the cycle after the last step has left ``steps``.
     steps: Out stream, registered.
     """
 
@@ -161,5 +163,5 @@ class TapsOnRowsSteps(wiring.Component):
         for j in range(READ_WORDS):
             ix = ix0 + j
             m.d.sync += s.pad_words[j].eq(row_pad | (ix < 0) | (ix >= g.in_w))
-        m.d.comb += self.busy.eq(running | valid)
+        m.d.comb += self.busy.eq(registered_busy(m, running | valid, start))
         return m
