@@ -59,8 +59,13 @@ class OutputUnit(wiring.Component):
         slot = Signal(range(wpb + 1))                      # words of this beat landed
         beat = Signal.like(self.beats.payload.values)
         beat_base = Signal(bits_for(words * lanes) + 1)    # index of the beat's first value
-        # Argmax over the logits, in the beats that hold them: the position, the best so far.
+        # Argmax over the logits, in the beats that hold them: the position, the value index
+        # there (registers: no sum or wide multiplexer before the comparison), the beat's
+        # logits shifted one a cycle, the best so far.
+        scanned = min(classes, wpb * lanes)
         scan_pos = Signal(range(max(2, classes + 1)))
+        index = Signal.like(beat_base)
+        logits = Signal(max(1, scanned) * bits)
         best_value = Signal(signed(bits))
         best_index = Signal(range(OUTPUT_CLASSES + 1))
         m.d.comb += self.read.addr.eq(read_addr)
@@ -87,23 +92,17 @@ class OutputUnit(wiring.Component):
                 with m.If(issue):
                     m.d.sync += [read_addr.eq(read_addr + 1), words_left.eq(words_left - 1), issued.eq(issued + 1)]
                 with m.Elif(slot == issued):                 # every word of the beat has landed
-                    m.d.sync += scan_pos.eq(0)
+                    m.d.sync += [scan_pos.eq(0), index.eq(beat_base), logits.eq(beat[:len(logits)])]
                     m.next = "SCAN" if classes else "SEND"
             if classes:
                 with m.State("SCAN"):
-                    # Values ``beat_base + scan_pos`` of the beat that are logits (they come
-                    # first in the tensor: at most OUTPUT_CLASSES, one a cycle).
-                    index = beat_base + scan_pos
-                    with m.If(index < classes):
-                        value = Signal(signed(bits))
-                        with m.Switch(scan_pos):
-                            for pos in range(min(classes, wpb * lanes)):
-                                with m.Case(pos):
-                                    m.d.comb += value.eq(beat[pos * bits:(pos + 1) * bits])
-                        with m.If(value > best_value):
-                            m.d.sync += [best_value.eq(value), best_index.eq(index)]
-                    m.d.sync += scan_pos.eq(scan_pos + 1)
-                    with m.If((index >= classes - 1) | (scan_pos == min(classes, wpb * lanes) - 1)):
+                    # Values ``index = beat_base + scan_pos`` of the beat that are logits (they
+                    # come first in the tensor: at most OUTPUT_CLASSES, one a cycle).
+                    value = logits[:bits].as_signed()
+                    with m.If((index < classes) & (value > best_value)):
+                        m.d.sync += [best_value.eq(value), best_index.eq(index)]
+                    m.d.sync += [scan_pos.eq(scan_pos + 1), index.eq(index + 1), logits.eq(logits >> bits)]
+                    with m.If((index >= classes - 1) | (scan_pos == scanned - 1)):
                         m.next = "SEND"
             with m.State("SEND"):
                 last = words_left == 0
