@@ -124,9 +124,11 @@ def _words(mem, addr, lanes, words):
 READ_WORDS = {Reader.GEMM: 2, Reader.POOL: 4, Reader.OUTPUT: 1}
 
 
-def test_activation_memory_reader_selection_and_write_priority():
+@pytest.mark.parametrize("chunk_entries", [ActivationMemory.CHUNK_ENTRIES, 2])
+def test_activation_memory_reader_selection_and_write_priority(chunk_entries):
+    """Chunks of 2 entries: each bank (4 entries) is two block RAMs picked after their registers."""
     depth, lanes, bits = 12, 4, 8
-    dut = ActivationMemory(depth, 4, lanes, bits)
+    dut = ActivationMemory(depth, 4, lanes, bits, chunk_entries=chunk_entries)
     rng = np.random.default_rng(2)
     mem = [[0] * lanes for _ in range(depth)]
     readers = {Reader.GEMM: dut.gemm_read, Reader.POOL: dut.pool_read, Reader.OUTPUT: dut.output_read}
@@ -185,12 +187,13 @@ def test_activation_memory_reader_selection_and_write_priority():
     assert stats["collisions"] > 20 and stats["partial"] > 20 and min(stats["reads"].values()) > 50
 
 
-@pytest.mark.parametrize("load_words", [2, 3, 4])
-def test_activation_memory_wide_loads(load_words):
+@pytest.mark.parametrize("load_words, chunk_entries", [(2, 512), (3, 512), (4, 512), (3, 2)])
+def test_activation_memory_wide_loads(load_words, chunk_entries):
     """The loader's writes of several consecutive words, from any bank on, with words
-    disabled at the end; read back through the pool's four-word port."""
+    disabled at the end; read back through the pool's four-word port. (Chunks of 2
+    entries: banks of 5 entries in three chunks, the last one short.)"""
     depth, lanes, bits = 14, 4, 8
-    dut = ActivationMemory(depth, 4, lanes, bits, load_words)
+    dut = ActivationMemory(depth, 4, lanes, bits, load_words, chunk_entries=chunk_entries)
     rng = np.random.default_rng(load_words)
     mem = [[0] * lanes for _ in range(depth)]
 
@@ -213,6 +216,12 @@ def test_activation_memory_wide_loads(load_words):
             assert [int(v) for v in ctx.get(dut.pool_read.data)] == _words(mem, addr, lanes, 4), addr
 
     run_bench(dut, bench)
+
+
+@pytest.mark.parametrize("chunk_entries", [0, 1, 3, 2.0])
+def test_activation_memory_rejects_bad_chunk_entries(chunk_entries):
+    with pytest.raises(ValueError, match=f"chunk entries must be a power of two of at least 2, not {chunk_entries!r}"):
+        ActivationMemory(12, 4, 4, 8, chunk_entries=chunk_entries)
 
 
 # --- OpTable ------------------------------------------------------------------------------------

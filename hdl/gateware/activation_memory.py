@@ -8,7 +8,9 @@ sequencer names the reader (:class:`Reader`); writes never collide (the loader w
 only while nothing runs, an op writes only its own output), and a fixed priority picks
 among them.
 """
-from amaranth import Cat, Module, Signal, signed, unsigned
+from types import SimpleNamespace
+
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -65,10 +67,16 @@ class ActivationMemory(wiring.Component):
     #: Cycles from a read's address to its data: a register of each bank's address, the
     #: block RAM's, then a register of its data.
     READ_LATENCY = 3
+    #: Entries of a bank's chunk: the depth of an ECP5 block RAM at its widest (512 x 36).
+    CHUNK_ENTRIES = 512
 
     def __init__(self, depth: int, addr_bits: int, lanes: int, data_bits: int, load_words: int = 1,
-                 pool_words: int = BANKS, gemm_write_words: int = 1, gemm_words: int = 2):
+                 pool_words: int = BANKS, gemm_write_words: int = 1, gemm_words: int = 2,
+                 chunk_entries: int = CHUNK_ENTRIES):
+        if not isinstance(chunk_entries, int) or chunk_entries < 2 or chunk_entries & (chunk_entries - 1):
+            raise ValueError(f"chunk entries must be a power of two of at least 2, not {chunk_entries!r}")
         self._depth, self._lanes, self._data_bits = depth, lanes, data_bits
+        self._chunk_entries = chunk_entries
         self._readers = {Reader.GEMM: ("gemm_read", gemm_words), Reader.POOL: ("pool_read", pool_words),
                         Reader.OUTPUT: ("output_read", 1)}
         members = {"reader": In(Reader)}
@@ -85,12 +93,22 @@ class ActivationMemory(wiring.Component):
         shift = BANKS.bit_length() - 1
         # Entry e of bank b is word e * BANKS + b. (At least two entries a bank: Yosys's
         # SMT back end cannot take a memory of one.) A read past the last word reads junk.
+        # A bank deeper than a block RAM is built of chunks of CHUNK_ENTRIES entries, each
+        # with its own data register beside it, and the chunk is picked after those
+        # registers: left to Yosys, the block RAMs of a deep bank are chained by a
+        # multiplexer between their outputs (slow: clock-to-output 5.8 ns on ECP5) and one
+        # register far from most of them (the 8x8 design's critical path at 86 MHz).
         depth = max(2, -(-self._depth // BANKS) + 1)
-        banks = [memory.Memory(shape=word, depth=depth, init=[]) for _ in range(BANKS)]
-        for index, bank in enumerate(banks):
-            m.submodules[f"bank{index}"] = bank
-        writes = [bank.write_port(granularity=self._data_bits) for bank in banks]
-        reads = [bank.read_port() for bank in banks]
+        chunk_bits = self._chunk_entries.bit_length() - 1
+        sizes = [min(self._chunk_entries, depth - start) for start in range(0, depth, self._chunk_entries)]
+        chunks = [[memory.Memory(shape=word, depth=max(2, size), init=[]) for size in sizes] for _ in range(BANKS)]
+        for index, bank in enumerate(chunks):
+            for number, chunk in enumerate(bank):
+                m.submodules[f"bank{index}" if len(bank) == 1 else f"bank{index}_chunk{number}"] = chunk
+        writes = [SimpleNamespace(addr=Signal(range(depth), name=f"bank{index}_waddr"),
+                                  data=Signal(word, name=f"bank{index}_wdata"),
+                                  en=Signal(self._lanes, name=f"bank{index}_wen")) for index in range(BANKS)]
+        reads = [SimpleNamespace(addr=Signal(range(depth), name=f"bank{index}_raddr")) for index in range(BANKS)]
 
         writers = [getattr(self, name) for name in self.WRITERS]
         for index, writer in enumerate(writers):
@@ -124,10 +142,25 @@ class ActivationMemory(wiring.Component):
             bank_addr = Signal.like(rd.addr, name=f"bank{number}_addr")
             m.d.sync += bank_addr.eq((addr + ((number - first_bank) & (BANKS - 1))) >> shift)
             m.d.comb += rd.addr.eq(bank_addr)
-        # Each bank's read data is registered beside it: the block RAM's clock-to-output
-        # time is long, and the reordering and the readers' logic come after it.
+        # Each chunk's read data is registered beside it: the block RAM's clock-to-output
+        # time is long, and the chunk selection, the reordering and the readers' logic come
+        # after it.
         bank_data = [Signal(word, name=f"bank{index}_data") for index in range(BANKS)]
-        m.d.sync += [reg.eq(rd.data) for reg, rd in zip(bank_data, reads)]
+        for index, (bank, wr, rd) in enumerate(zip(chunks, writes, reads)):
+            chunk_data = [Signal(word, name=f"bank{index}_chunk{number}_data") for number in range(len(bank))]
+            for number, (chunk, data_reg) in enumerate(zip(bank, chunk_data)):
+                write, read = chunk.write_port(granularity=self._data_bits), chunk.read_port()
+                enable = wr.en if len(bank) == 1 else Mux(wr.addr[chunk_bits:] == number, wr.en, 0)
+                m.d.comb += [write.addr.eq(wr.addr), write.data.eq(wr.data), write.en.eq(enable),
+                             read.addr.eq(rd.addr)]
+                m.d.sync += data_reg.eq(read.data)
+            if len(bank) == 1:
+                m.d.comb += bank_data[index].eq(chunk_data[0])
+                continue
+            with m.Switch(delayed(m, rd.addr[chunk_bits:], 2, f"bank{index}_at_chunk")):
+                for number, data_reg in enumerate(chunk_data):
+                    with m.Case(number):
+                        m.d.comb += bank_data[index].eq(data_reg)
         # Word k of the read comes from bank (first_bank + k) % BANKS.
         ordered = [Signal(word, name=f"word{k}") for k in range(BANKS)]
         with m.Switch(delayed(m, first_bank, self.READ_LATENCY, "at_data")):
