@@ -18,6 +18,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
+from hdl.gateware.perf_counters import PerfCounters
 from hdl.host import pack_input, unpack_output
 from pytorch_ref.ir.atomic_file import atomic_output
 from sim.streams import StreamDriver, StreamMonitor
@@ -91,7 +92,7 @@ class AcceleratorBench:
         sender = cocotb.start_soon(self.driver.send(pack_input(self.program, codes)))
         beats = await self.monitor.receive(first_stall)
         await sender
-        await RisingEdge(self.dut.clk)      # the performance counters latch a cycle after the last beat
+        await ClockCycles(self.dut.clk, PerfCounters.LATENCY)      # the counters latch after the last beat
         await Timer(1, unit="ns")
         values = unpack_output(self.program, [b["values"] for b in beats])
         return (values, beats[-1]["onehot"], int(self.dut.perf_cycles.value), int(self.dut.perf_busy.value),

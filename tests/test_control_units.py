@@ -187,7 +187,8 @@ def test_activation_memory_reader_selection_and_write_priority(chunk_entries):
     assert stats["collisions"] > 20 and stats["partial"] > 20 and min(stats["reads"].values()) > 50
 
 
-@pytest.mark.parametrize("load_words, chunk_entries", [(2, 512), (3, 512), (4, 512), (3, 2)])
+@pytest.mark.parametrize("load_words, chunk_entries", [(2, ActivationMemory.CHUNK_ENTRIES), (3, ActivationMemory.CHUNK_ENTRIES),
+                                                  (4, ActivationMemory.CHUNK_ENTRIES), (3, 2)])
 def test_activation_memory_wide_loads(load_words, chunk_entries):
     """The loader's writes of several consecutive words, from any bank on, with words
     disabled at the end; read back through the pool's four-word port. (Chunks of 2

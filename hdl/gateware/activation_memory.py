@@ -108,7 +108,6 @@ class ActivationMemory(wiring.Component):
         writes = [SimpleNamespace(addr=Signal(range(depth), name=f"bank{index}_waddr"),
                                   data=Signal(word, name=f"bank{index}_wdata"),
                                   en=Signal(self._lanes, name=f"bank{index}_wen")) for index in range(BANKS)]
-        reads = [SimpleNamespace(addr=Signal(range(depth), name=f"bank{index}_raddr")) for index in range(BANKS)]
 
         writers = [getattr(self, name) for name in self.WRITERS]
         for index, writer in enumerate(writers):
@@ -138,26 +137,26 @@ class ActivationMemory(wiring.Component):
         # Each bank's address is registered before it leaves for its block RAMs: the reader
         # selection and the address adder are one cycle, the long wires to the banks' block
         # RAMs the next (together 14 ns on ECP5-85F, the default design's critical path).
-        for number, rd in enumerate(reads):
-            bank_addr = Signal.like(rd.addr, name=f"bank{number}_addr")
-            m.d.sync += bank_addr.eq((addr + ((number - first_bank) & (BANKS - 1))) >> shift)
-            m.d.comb += rd.addr.eq(bank_addr)
+        bank_addr = [Signal(range(depth), name=f"bank{number}_addr") for number in range(BANKS)]
+        for number, reg in enumerate(bank_addr):
+            m.d.sync += reg.eq((addr + ((number - first_bank) & (BANKS - 1))) >> shift)
         # Each chunk's read data is registered beside it: the block RAM's clock-to-output
         # time is long, and the chunk selection, the reordering and the readers' logic come
         # after it.
         bank_data = [Signal(word, name=f"bank{index}_data") for index in range(BANKS)]
-        for index, (bank, wr, rd) in enumerate(zip(chunks, writes, reads)):
+        for index, (bank, wr, rd_addr) in enumerate(zip(chunks, writes, bank_addr)):
             chunk_data = [Signal(word, name=f"bank{index}_chunk{number}_data") for number in range(len(bank))]
             for number, (chunk, data_reg) in enumerate(zip(bank, chunk_data)):
                 write, read = chunk.write_port(granularity=self._data_bits), chunk.read_port()
                 enable = wr.en if len(bank) == 1 else Mux(wr.addr[chunk_bits:] == number, wr.en, 0)
                 m.d.comb += [write.addr.eq(wr.addr), write.data.eq(wr.data), write.en.eq(enable),
-                             read.addr.eq(rd.addr)]
+                             read.addr.eq(rd_addr)]
                 m.d.sync += data_reg.eq(read.data)
             if len(bank) == 1:
                 m.d.comb += bank_data[index].eq(chunk_data[0])
                 continue
-            with m.Switch(delayed(m, rd.addr[chunk_bits:], 2, f"bank{index}_at_chunk")):
+            # (The chunk's read and its data register: the read latency after the address register.)
+            with m.Switch(delayed(m, rd_addr[chunk_bits:], self.READ_LATENCY - 1, f"bank{index}_at_chunk")):
                 for number, data_reg in enumerate(chunk_data):
                     with m.Case(number):
                         m.d.comb += bank_data[index].eq(data_reg)

@@ -3,6 +3,8 @@ from amaranth import Module, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from hdl.gateware.pipeline import delayed
+
 
 class PerfCounters(wiring.Component):
     """Counts an inference from ``start`` to ``stop`` (both cycles included), in total and
@@ -37,9 +39,8 @@ class PerfCounters(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        start, stop, busy = Signal(), Signal(), Signal()
-        slot = Signal.like(self.slot)
-        m.d.sync += [start.eq(self.start), stop.eq(self.stop), busy.eq(self.busy), slot.eq(self.slot)]
+        start, stop, busy, slot = (delayed(m, port, self.LATENCY, name) for port, name in
+                                   ((self.start, "start"), (self.stop, "stop"), (self.busy, "busy"), (self.slot, "slot")))
 
         counting = Signal()
         enable = counting | start
