@@ -9,22 +9,24 @@ write drain. The tests hold the simulated counters to these bounds.
 from __future__ import annotations
 
 from hdl.compiler.program import GemmOp, Program
-from hdl.config import AcceleratorConfig
 from hdl.gateware.activation_memory import ActivationMemory
+from hdl.gateware.gemm_engine import GemmEngine
 from hdl.gateware.window import WindowAddress
 
 #: Cycles of an op's start and drain beyond the array's rows and columns.
 OP_FIXED_OVERHEAD = 14 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY
 
 
-def op_overhead(config: AcceleratorConfig) -> int:
-    """The most cycles an op takes beyond its steps."""
-    return config.rows + config.cols + OP_FIXED_OVERHEAD
+def op_overhead(program: Program) -> int:
+    """The most cycles an op of ``program`` takes beyond its steps (one more with split
+    ops: the stage that adds their columns)."""
+    config = program.config
+    return config.rows + config.cols + OP_FIXED_OVERHEAD + GemmEngine.split_latency_for(program)
 
 
-def op_cycle_bounds(op, config: AcceleratorConfig) -> tuple[int, int]:
-    """The fewest and the most cycles ``op`` takes."""
-    return op.steps, op.steps + op_overhead(config)
+def op_cycle_bounds(op, program: Program) -> tuple[int, int]:
+    """The fewest and the most cycles ``op`` of ``program`` takes."""
+    return op.steps, op.steps + op_overhead(program)
 
 
 def design_report(program: Program) -> dict:
@@ -34,7 +36,7 @@ def design_report(program: Program) -> dict:
     cfg = program.config
     layers = []
     for op in program.ops:
-        low, high = op_cycle_bounds(op, cfg)
+        low, high = op_cycle_bounds(op, program)
         gemm = isinstance(op, GemmOp)
         layers.append({"name": op.name, "kind": "gemm" if gemm else "maxpool",
                        "macs": op.macs if gemm else 0, "weight_bits": op.weight_bits if gemm else None,

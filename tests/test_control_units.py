@@ -290,6 +290,8 @@ def test_op_table_holds_each_ops_constants():
             assert ctx.get(dut.is_pool) == isinstance(op, PoolOp)
             if isinstance(op, GemmOp):
                 taps_w = op.row_tiles if op.folded else op.kernel[1]
+                cfg = program.config
+                per_tile = cfg.cols // op.split
                 want = {"window": _window(op), "folded": int(op.folded), "taps_w": taps_w,
                         "ct_count": 1 if op.folded else op.channel_tiles,
                         "k_tiles": op.kernel[0] * taps_w * (1 if op.folded else op.channel_tiles),
@@ -298,9 +300,11 @@ def test_op_table_holds_each_ops_constants():
                         "out_stride": op.dest.channels if op.dest.packed_lanes
                         else op.dest.words_per_pixel * program.config.bank_width,
                         "out_channels": op.dest.channels if op.dest.packed_lanes
-                        else op.n_tiles * program.config.cols, "out_base": op.dest.base,
+                        else op.n_tiles * per_tile, "out_base": op.dest.base,
                         "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base,
-                        "diagonal": int(op.diagonal), "out_nt_step": program.config.cols,
+                        "diagonal": int(op.diagonal), "out_nt_step": per_tile,
+                        "split": op.split, "split_words": op.split * cfg.rows // cfg.bank_width if op.split > 1 else 0,
+                        "out_per_tile": per_tile,
                         "taps_on_rows": 0, "taps": dict.fromkeys(
                             ("in_plane", "in_image", "row_start", "out_col", "out_row", "out_image", "out_nt",
                              "images", "period"), 0)}

@@ -211,7 +211,7 @@ def _run_gemm_ops(program, mem):
     bank = program.config.bank_width
     dut = _StepsAndEngine(program)
     gen, gemm = dut.gen, dut.gemm
-    layout = gemm_params_layout(dut.widths)
+    layout = gemm_params_layout(dut.widths, program.config)
     latency = gemm.write_latency
     results = []
 
@@ -283,7 +283,7 @@ def _check_op_writes(program, op: GemmOp, before, after, writes, steps, last_ste
                 element = dst.base * bank + pixel * dst.channels + channel
                 want[element // bank, element % bank] = 1
             continue
-        for channel in range(op.n_tiles * cols):
+        for channel in range(op.n_tiles * (cols // op.split)):     # a tile writes cols / split outputs
             want[dst.base + pixel * dst.words_per_pixel + channel // bank, channel % bank] = 1
     assert counts == want, f"{op.name}: lanes written (count != 1 or missing): " \
                            f"{sorted(set(counts.items()) ^ set(want.items()))[:8]}"
@@ -394,14 +394,34 @@ def test_folded_conv_then_dense_matches_reference(rows, cols):
     _check_program(program, model, seed=rows * 10 + cols)
 
 
-@pytest.mark.parametrize("rows, cols, batch, depth", [(2, 3, 3, 2), (3, 2, 1, 4), (2, 2, 2, 1)])
-def test_dense_matches_reference(rows, cols, batch, depth):
-    """Batches over several blocks, and batch 1: the same accumulator every cycle."""
+@pytest.mark.parametrize("rows, cols, batch, depth, split", [(2, 3, 3, 2, 3), (3, 2, 1, 4, 2), (2, 2, 2, 1, 2),
+                                                              (4, 4, 2, 2, 1)])
+def test_dense_matches_reference(rows, cols, batch, depth, split):
+    """Batches over several blocks, and batch 1: the same accumulator every cycle. Seven
+    outputs on 2 or 3 columns split their reduction (see :mod:`hdl.compiler.program`)."""
     program, model = dense_program(rows, cols, batch, depth)
     op, = program.gemm_ops
     assert op.channel_tiles > 1 and op.n_tiles > 1 and op.input_zero_point == -4
-    assert op.block == min(batch, depth)
+    assert op.block == min(batch, depth) and op.split == split
     _check_program(program, model, seed=100 + batch)
+
+
+def test_split_then_whole_ops_match_reference():
+    """A split 1x1 convolution (reads past its pixels' words, whose weights are zero), then
+    a whole 1x1 convolution and a dense layer after a flatten, through the adding stage."""
+    from tests.test_window_and_steps import program_split
+    program, model = program_split()
+    assert [op.split for op in program.gemm_ops] == [2, 1, 1]
+    _check_program(program, model, seed=5, spread=False)
+
+
+def test_only_split_programs_have_the_adding_stage():
+    """The adding stage costs a cycle of latency (which the write timing above checks
+    against the hardware), and only programs with split ops have it."""
+    from tests.test_window_and_steps import program_split
+    program, model = program_split()
+    whole = lower(model, program.config, batch=2, split_reductions="never")
+    assert [GemmEngine.split_latency_for(p) for p in (program, whole)] == [1, 0]
 
 
 def _random_conv_program(seed, folded=False):

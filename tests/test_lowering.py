@@ -5,6 +5,7 @@ import pytest
 from hdl.compiler.program import GemmOp, PoolOp, RowStacking, lower
 from hdl.config import AcceleratorConfig
 from pytorch_ref.ir import integer_semantics as sem
+from sim.cases import random_case
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, MaxPool2dLayer, QuantizedModel, QuantParams,
                                             Requantization)
 
@@ -208,3 +209,74 @@ def test_row_stacking_layout_and_kernel(stride, padding):
     for n, o, y, x in np.ndindex(2, 3, h_out, 3):
         want = (kernel[o] * padded[n, :, y * stride:y * stride + 3, x:x + 2]).sum()
         assert (flat[o, :, 0] * stacked[n, :, y, x:x + 2]).sum() == want
+
+
+def _dense_chain(rng, sizes, input_zero_point=0) -> QuantizedModel:
+    """Dense layers ``sizes[0] -> sizes[1] -> ...`` of random weights and biases."""
+    layers = tuple(DenseLayer(f"fc{i}", rng.integers(-127, 128, (n, k)).astype(np.int8),
+                              rng.integers(-1000, 1000, n).astype(np.int32),
+                              QuantParams(0.1, input_zero_point if i == 0 else 0), QuantParams(0.1, 0), _requant(n))
+                   for i, (k, n) in enumerate(zip(sizes, sizes[1:])))
+    return QuantizedModel("chain", (sizes[0],), QuantParams(0.1, input_zero_point), layers)
+
+
+def test_linear_1000_10_splits_its_reduction_over_four_columns():
+    """Linear(1000, 10) on 8x8: 10 outputs take 2 tiles of 8 columns (10 busy of 16), 125
+    steps each; split over 4 columns, 5 tiles of 2 outputs take 32 steps of 32 inputs (4
+    words) each: 160 steps. Tile (nt, kt)'s PE (r, c) holds w[2 nt + c // 4, (8 kt + r) * 4 + c % 4];
+    only a group's first column has the bias; the requantizer's column g serves output 2 nt + g."""
+    rng = np.random.default_rng(11)
+    model = _dense_chain(rng, (1000, 10), input_zero_point=-3)
+    config = AcceleratorConfig(rows=8, cols=8)
+    op, = lower(model, config).gemm_ops
+    assert (op.split, op.n_tiles, op.k_tiles, op.steps, op.macs) == (4, 5, 32, 160, 10000)
+    whole, = lower(model, config, split_reductions="never").gemm_ops
+    assert (whole.split, whole.steps) == (1, 250)
+    program = lower(model, config)
+    layer = model.layers[0]
+    weight = layer.weight.astype(np.int64)
+    for nt in range(5):
+        for kt in range(32):
+            tile = program.weight_tile(op.weight_base + nt * 32 + kt, 8)
+            for r in range(8):
+                for c in range(8):
+                    n, k = 2 * nt + c // 4, (8 * kt + r) * 4 + c % 4
+                    assert tile[r, c] == (weight[n, k] if k < 1000 else 0), (nt, kt, r, c)
+    bias = layer.bias - (-3) * weight.sum(axis=1)
+    for nt in range(5):
+        word = op.param_base + nt
+        assert list(program.bias[word]) == [bias[2 * nt], 0, 0, 0, bias[2 * nt + 1], 0, 0, 0]
+        assert list(program.multiplier[word]) == [2 ** 30] * 2 + [0] * 6
+        assert list(program.shift[word]) == [40] * 2 + [1] * 6
+    # The last read of the pixel (words 124 to 127 of the input's 125) stays inside the memory.
+    assert program.activation_words >= op.source.base + 128
+
+
+def test_split_factors_follow_the_array():
+    """A split S divides cols, and a step's rows * S inputs are 1 to 4 whole words."""
+    model = _dense_chain(np.random.default_rng(12), (1000, 10))
+    for (rows, cols), split in {(8, 8): 4, (4, 4): 2, (4, 8): 4, (16, 16): 4, (2, 3): 3}.items():
+        op, = lower(model, AcceleratorConfig(rows=rows, cols=cols)).gemm_ops
+        assert op.split == split, (rows, cols)
+        bank = AcceleratorConfig(rows=rows, cols=cols).bank_width
+        assert rows * split % bank == 0 and rows * split <= 4 * bank
+    # 12x12: 10 outputs fill one tile of 12 columns; no split has fewer steps than 84.
+    op, = lower(model, AcceleratorConfig(rows=12, cols=12)).gemm_ops
+    assert (op.split, op.steps) == (1, 84)
+
+
+def test_splitting_only_where_it_pays():
+    """LeNet's last layer (500 -> 10) would take 80 steps split instead of 126, but that is
+    not 1% of the program's 55,000 steps once every GEMM op pays the adding stage's cycle:
+    it stays whole; "always" splits it, "never" splits nothing, and other values are refused."""
+    config = AcceleratorConfig(rows=8, cols=8)
+    model = random_case("lenet", config, count=1).model
+    assert all(op.split == 1 for op in lower(model, config).gemm_ops)
+    assert [op.split for op in lower(model, config, split_reductions="always").gemm_ops] == [1, 1, 1, 1, 4]
+    dense = _dense_chain(np.random.default_rng(13), (64, 32, 10))
+    assert [op.split for op in lower(dense, config).gemm_ops] == [1, 4]      # 8 + 32 steps -> 5 + 32 + 2
+    assert [op.split for op in lower(dense, config, split_reductions="never").gemm_ops] == [1, 1]
+    # 64 -> 32 gains nothing from a split (32 steps at every S); "always" splits where it has fewer steps.
+    assert [op.split for op in lower(dense, config, split_reductions="always").gemm_ops] == [1, 4]
+    with pytest.raises(ValueError, match=r"^split_reductions must be 'auto', 'always' or 'never', not True$"):
+        lower(dense, config, split_reductions=True)

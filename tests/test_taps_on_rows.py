@@ -187,7 +187,7 @@ def run_taps_op(program, op):
     steps, cycles = [], []
 
     async def bench(ctx):
-        ctx.set(dut.params, gemm_params_layout(widths).const(gemm_params(op, program.config)))
+        ctx.set(dut.params, gemm_params_layout(widths, program.config).const(gemm_params(op, program.config)))
         await ctx.tick()
         ctx.set(dut.start, 1)
         await ctx.tick()
@@ -253,7 +253,7 @@ def check_taps_report(case, report):
     from hdl.design_report import op_cycle_bounds
     for result in report.results:
         for op, (cycles, _) in zip(case.program.ops, result["phases"]):
-            low, high = op_cycle_bounds(op, case.program.config)
+            low, high = op_cycle_bounds(op, case.program)
             assert low <= cycles <= high, (op.name, op.steps, cycles)
     for index, op in enumerate(case.program.ops):
         if getattr(op, "tap_tiles", 0):

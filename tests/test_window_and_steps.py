@@ -17,7 +17,7 @@ from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, FlattenLaye
 from tests.component_sim import random_array, run_bench
 
 STEP_FIELDS = ("act_addr", "lane", "row_lo", "row_hi", "pad", "w_addr", "w_bits", "first", "last", "acc_addr", "p_addr",
-               "out_addr", "out_lane", "out_count")
+               "out_addr", "out_lane", "out_count", "split")
 
 
 # --- WindowAddress ------------------------------------------------------------------------
@@ -162,6 +162,20 @@ def program_wide_cols():
     return lower(model, AcceleratorConfig(rows=4, cols=2, accumulator_depth=4, input_bus_bits=64)), model
 
 
+def program_split():
+    """rows=4, cols=4, ``split_reductions="always"``: a 1x1 convolution of 20 channels to 5
+    splits over 2 columns (3 tiles of 2 outputs; 3 reads of 2 words a pixel, the last past
+    its 5 words); blocks of 4 over 2 images of 3x3; then a 1x1 convolution of 5 to 3 that
+    no split shortens (a whole op after a split one), and a dense layer of 27 to 2 after a
+    flatten, which is never split."""
+    rng = np.random.default_rng(13)
+    layers = (_conv(rng, "c1", 20, 5, (1, 1)), _conv(rng, "c2", 5, 3, (1, 1)), FlattenLayer("flat"),
+              _dense(rng, "fc", 27, 2))
+    model = QuantizedModel("split", (20, 3, 3), QuantParams(0.1, 2), layers)
+    config = AcceleratorConfig(rows=4, cols=4, accumulator_depth=4, input_bus_bits=64)
+    return lower(model, config, batch=2, split_reductions="always"), model
+
+
 def _unfolded_read(op, config, image, oy, ox, i, tap):
     """The read of tap ``(j, ct)``: one pixel's group of ``rows`` lanes, or padding."""
     src, bank, rows = op.source, config.bank_width, config.rows
@@ -193,14 +207,25 @@ def _folded_read(op, config, image, oy, ox, i, tile):
             "row_lo": lo, "row_hi": hi, "pad": int(pad)}
 
 
+def _split_read(op, config, image, oy, ox, i, tap):
+    """The read of channel tile ``tap`` of a split op: ``rows * split`` inputs, whole words
+    from the pixel's word ``tap * rows * split / bank`` on."""
+    src = op.source
+    pixel = (image * src.height + oy) * src.width + ox
+    word = tap * config.rows * op.split // config.bank_width
+    return {"act_addr": src.base + pixel * src.words_per_pixel + word, "lane": 0, "row_lo": 0,
+            "row_hi": config.rows, "pad": 0}
+
+
 def expected_steps(op, config):
     """Every step of ``op``, enumerated from the loop nest of :mod:`hdl.compiler.program`."""
     bank = config.bank_width
     dst = op.dest
+    per_tile = config.cols // op.split               # a tile's outputs
     per_image = dst.height * dst.width
     # Output pixels are its channels apart when packed, its words otherwise.
     stride = dst.channels if dst.packed_lanes else dst.words_per_pixel * bank
-    read = _folded_read if op.folded else _unfolded_read
+    read = _folded_read if op.folded else _split_read if op.split > 1 else _unfolded_read
     steps = []
     for nt in range(op.n_tiles):
         for block_start in range(0, op.pixels, op.block):
@@ -216,10 +241,11 @@ def expected_steps(op, config):
                             "w_addr": op.weight_base + nt * op.k_tiles + kt, "w_bits": op.weight_bits,
                             "first": int(kt == 0), "last": int(kt == op.k_tiles - 1),
                             "acc_addr": slot, "p_addr": op.param_base + nt,
-                            "out_addr": dst.base + (pixel * stride + nt * config.cols) // bank,
-                            "out_lane": (pixel * stride + nt * config.cols) % bank,
-                            "out_count": min(config.cols, dst.channels - nt * config.cols) if dst.packed_lanes
-                            else config.cols,
+                            "out_addr": dst.base + (pixel * stride + nt * per_tile) // bank,
+                            "out_lane": (pixel * stride + nt * per_tile) % bank,
+                            "out_count": min(per_tile, dst.channels - nt * per_tile) if dst.packed_lanes
+                            else per_tile,
+                            "split": op.split,
                             "_tile": (nt, i, tap),
                         })
                     kt += 1
@@ -249,6 +275,15 @@ def _check_weight_tiles(program, model, op, steps):
     for step in steps:
         nt, i, tap = step["_tile"]
         tile = program.weight_tile(step["w_addr"], op.weight_bits)
+        if op.split > 1:
+            # PE (r, c) of a split op: output nt * cols / split + c // split,
+            # input (tap * rows + r) * split + c % split.
+            for r in range(cfg.rows):
+                for c in range(cfg.cols):
+                    n, ch = nt * cfg.cols // op.split + c // op.split, (tap * cfg.rows + r) * op.split + c % op.split
+                    want = int(kernel[n, ch, 0, 0]) if n < n_out and ch < c_in else 0
+                    assert int(tile[r, c]) == want, f"{op.name}: split tile {step['w_addr']} ({nt}, {tap})"
+            continue
         for r in range(cfg.rows):
             if op.folded:
                 j, ch = divmod(tap * cfg.rows + r, c_in)
@@ -267,7 +302,7 @@ def _run_ops(program, ops, *, restart_pulses=False):
     cfg = program.config
     widths = Widths.of(program)
     dut = StepGenerator(widths, cfg, folding=any(op.folded for op in program.gemm_ops))
-    layout = gemm_params_layout(widths)
+    layout = gemm_params_layout(widths, cfg)
     results = []
 
     async def bench(ctx):
@@ -307,6 +342,21 @@ def _run_ops(program, ops, *, restart_pulses=False):
 
 def _public(step):
     return {k: v for k, v in step.items() if not k.startswith("_")}
+
+
+def test_split_steps_match_loop_nest():
+    """A split op's steps (whole-word reads, tiles of cols / split outputs), then a whole op
+    and a dense layer after a flatten on the same generator."""
+    program, model = program_split()
+    ops = program.gemm_ops
+    c1, c2, fc = ops
+    assert (c1.split, c1.n_tiles, c1.k_tiles, c1.block, c1.pixels) == (2, 3, 3, 4, 18)
+    assert c1.source.words_per_pixel == 5 and (c2.split, fc.split) == (1, 1)
+    for op, (steps, cycles, _) in zip(ops, _run_ops(program, ops)):
+        want = expected_steps(op, program.config)
+        _check_weight_tiles(program, model, op, want)
+        assert cycles == list(range(cycles[0], cycles[0] + op.steps)), f"{op.name}: gaps in the steps"
+        assert steps == [_public(s) for s in want], op.name
 
 
 @pytest.mark.parametrize("make_program", [program_wide_rows, program_wide_cols])
@@ -481,7 +531,7 @@ def test_start_is_ignored_for_the_whole_busy_period():
     dut = StepGenerator(widths, cfg, folding=any(op.folded for op in program.gemm_ops))
 
     async def bench(ctx):
-        ctx.set(dut.params, gemm_params_layout(widths).const(gemm_params(op, program.config)))
+        ctx.set(dut.params, gemm_params_layout(widths, program.config).const(gemm_params(op, program.config)))
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)

@@ -76,6 +76,24 @@ words are consecutive and one read returns them. The schedule::
 
 A tensor is planar when a Conv2d or Linear writes it, or it is the model's input (the host
 sends it planar), and every reader is such an op.
+
+Reductions split over columns
+-----------------------------
+A dense layer with fewer outputs than the array has columns, or a last tile of few
+outputs (``Linear(1000, 10)`` on 8 columns: 10 of 16 columns busy), leaves columns idle.
+A *split* op spreads each output's reduction over ``S`` adjacent columns: column ``c`` of
+output tile ``nt`` sums output ``nt * cols / S + c // S`` over the inputs ``k`` with
+``k % S == c % S``, and a stage after the accumulators adds each group of ``S`` columns
+before the requantizer. Step ``kt`` of a pixel reads the ``rows * S`` consecutive inputs
+from element ``kt * rows * S`` of the pixel on (``S * rows / B`` whole words, at most
+:data:`READ_WORDS`), and PE ``(r, c)`` multiplies element ``r * S + c % S`` of them; weight
+tile ``(nt, kt)`` holds ``w[nt * cols / S + c // S, (kt * rows + r) * S + c % S]`` at PE
+``(r, c)``. Only the first column of a group carries the bias. The lowering splits 1x1
+layers (dense, or 1x1 convolutions of stride 1 without padding) of an unpacked input into
+a tensor that is neither planar nor packed, at the ``S`` with the fewest steps, where
+that makes the program's steps, with the cycle the adding stage costs every GEMM op, at
+least :data:`SPLIT_MIN_SAVING` fewer (``Linear(1000, 10)`` on 8x8: 250 steps become 160
+at ``S = 4``; LeNet's last layer would save 46 of its 55,000, not worth the stage).
 """
 from __future__ import annotations
 
@@ -180,6 +198,8 @@ class GemmOp(WindowOp):
     diagonal: bool = False
     #: A taps-on-rows depthwise op (see the module docstring): its tap tiles; 0: not one.
     tap_tiles: int = 0
+    #: A split op (see the module docstring): the columns one output's reduction spans; 1: not split.
+    split: int = 1
 
     @property
     def folded(self) -> bool:
@@ -281,6 +301,12 @@ class Program:
         return [op for op in self.ops if isinstance(op, GemmOp)]
 
     @property
+    def split_factors(self) -> tuple[int, ...]:
+        """The splits of the program's GEMM ops (see the module docstring), in increasing
+        order; ``(1,)`` when no op is split."""
+        return tuple(sorted({op.split for op in self.gemm_ops}))
+
+    @property
     def weight_formats(self) -> tuple[int, ...]:
         """The weight widths of the program's ops, in increasing order."""
         return tuple(sorted({op.weight_bits for op in self.gemm_ops}))
@@ -356,7 +382,7 @@ def _fold_zero_point(bias: np.ndarray, zero_point: int, kernel: np.ndarray) -> n
 
 class _Lowering:
     def __init__(self, model: QuantizedModel, config: AcceleratorConfig, batch: int, stack_input_rows: bool,
-                 depthwise_taps_on_rows: bool = True):
+                 depthwise_taps_on_rows: bool = True, split_reductions: bool = True):
         self.model, self.config, self.batch = model, config, batch
         self.ops = []
         self.words, self.params = [], []
@@ -366,6 +392,7 @@ class _Lowering:
         only_reader = [index for index, reads in enumerate(model.layer_inputs) if 0 in reads] == [0]
         self.stacking = (self.row_stacking(model.layers[0], model.shapes[0])
                          if stack_input_rows and only_reader and 0 not in self.planar else None)
+        self.splitting = split_reductions
 
     def placement(self, shape, base: int) -> TensorPlacement:
         if len(shape) == 1:
@@ -432,9 +459,13 @@ class _Lowering:
                 raise TypeError(f"{layer.name}: layer type {type(layer).__name__} cannot be lowered")
         bias, mult, shift, zp, cmin, cmax = (np.array(v) for v in zip(*self.params))
         output = placed[self.stored(len(layers))]
+        # A split op's last read of a pixel may reach past its tensor (into words whose
+        # weights are zero); the memory holds those words too.
+        split_reads = [op.source.base + op.source.pixels * op.source.words_per_pixel + self.split_words(op.split)
+                       for op in self.ops if isinstance(op, GemmOp) and op.split > 1]
         return Program(config=cfg, model_name=model.name, ops=self.ops, input=placed[0],
                        output=output, output_shape=model.output_shape,
-                       activation_words=max(1, max(p.base + p.words for p in placed.values())),
+                       activation_words=max(1, max(p.base + p.words for p in placed.values()), *split_reads),
                        batch=self.batch,
                        weight_words=np.concatenate(self.words),
                        bias=bias, multiplier=mult, shift=shift, zero_point=zp, clamp_min=cmin,
@@ -594,7 +625,58 @@ class _Lowering:
         bank, pad_w = self.config.bank_width, layer.padding[1] if isinstance(layer, Conv2dLayer) else 0
         return _ceil_div(pad_w * c_in, bank) + 1, _ceil_div(pad_w * c_in + self.config.rows, bank) + 2
 
+    def split_factors(self) -> list[int]:
+        """The splits the array allows: ``S`` dividing ``cols`` whose ``rows * S`` inputs a
+        step reads are whole words, at most :data:`READ_WORDS` of them."""
+        cfg = self.config
+        return [s for s in range(2, cfg.cols + 1)
+                if cfg.cols % s == 0 and cfg.rows * s % cfg.bank_width == 0
+                and cfg.rows * s <= READ_WORDS * cfg.bank_width]
+
+    def split_words(self, split: int) -> int:
+        """Words one step of a split op reads."""
+        return self.config.rows * split // self.config.bank_width
+
+    def split_steps(self, c_in: int, n_out: int, split: int) -> int:
+        """Steps of one output pixel of a 1x1 layer split over ``split`` columns."""
+        cfg = self.config
+        return _ceil_div(n_out * split, cfg.cols) * _ceil_div(c_in, cfg.rows * split)
+
+    def best_split(self, c_in: int, n_out: int) -> int:
+        """The split of a 1x1 layer with the fewest steps (the smallest among equals; 1: none)."""
+        return min([1] + self.split_factors(), key=lambda s: (self.split_steps(c_in, n_out, s), s))
+
+    @staticmethod
+    def splittable(layer, shape) -> bool:
+        """Whether ``layer`` reading a tensor of ``shape`` is a 1x1 layer a split op can run:
+        a dense layer on a vector, or a 1x1 convolution of stride 1 without padding or groups."""
+        if isinstance(layer, DenseLayer):
+            return len(shape) == 1
+        return (isinstance(layer, Conv2dLayer) and layer.groups == 1 and tuple(layer.weight.shape[2:]) == (1, 1)
+                and tuple(layer.stride) == (1, 1) and tuple(layer.padding) == (0, 0))
+
+    def split_steps_saved(self) -> int:
+        """The steps that splitting the model's 1x1 layers saves."""
+        model, saved = self.model, 0
+        for index, (layer, reads) in enumerate(zip(model.layers, model.layer_inputs)):
+            source = reads[0] if reads else 0
+            if (self.stored(source) == source and self.splittable(layer, model.shapes[source])
+                    and not self.runs_taps_on_rows(index)):
+                n_out, c_in = layer.weight.shape[:2]
+                pixels = math.prod(model.shapes[index + 1][1:]) * self.batch
+                best = self.best_split(c_in, n_out)
+                saved += (self.split_steps(c_in, n_out, 1) - self.split_steps(c_in, n_out, best)) * pixels
+        return saved
+
     def gemm(self, layer, source: TensorPlacement, dest: TensorPlacement, after_flatten: bool) -> GemmOp:
+        shape = (source.channels,) if source.height == source.width == 1 and isinstance(layer, DenseLayer) \
+            else (source.channels, source.height, source.width)
+        if (self.splitting and not after_flatten and self.splittable(layer, shape) and not source.packed_lanes
+                and not source.planar and not dest.planar and not dest.packed_lanes
+                and not (self.stacking and not self.ops)):
+            split = self.best_split(source.channels, layer.out_features)
+            if split > 1:
+                return self.split_op(layer, source, dest, split)
         if isinstance(layer, DenseLayer):
             if after_flatten:
                 # Flatten ordered features as (C, H, W): view the weights as a full-image kernel.
@@ -617,6 +699,30 @@ class _Lowering:
         macs = dest.pixels * layer.out_features * layer.fan_in
         return self.gemm_op(layer.name, kernel, bias_eff, layer.requant, zp_in, stride, padding, source, dest,
                             layer.weight_bits, macs)
+
+    def split_op(self, layer, source: TensorPlacement, dest: TensorPlacement, split: int) -> GemmOp:
+        """A 1x1 layer as a split op (see the module docstring)."""
+        cfg = self.config
+        rows, cols = cfg.rows, cfg.cols
+        kernel = layer.weight.reshape(layer.out_features, -1).astype(np.int64)       # [N, C]
+        n_out, c_in = kernel.shape
+        per_tile, span = cols // split, rows * split
+        nt_count, k_tiles = _ceil_div(n_out, per_tile), _ceil_div(c_in, span)
+        padded = np.zeros((nt_count * per_tile, k_tiles * span), dtype=np.int64)
+        padded[:n_out, :c_in] = kernel
+        tiles = []
+        for nt in range(nt_count):
+            for kt in range(k_tiles):
+                # [per_tile, rows, split] -> PE (r, c = o * split + s): w[o, (kt * rows + r) * split + s]
+                block = padded[nt * per_tile:(nt + 1) * per_tile, kt * span:(kt + 1) * span]
+                tiles.append(block.reshape(per_tile, rows, split).transpose(1, 0, 2).reshape(rows, cols))
+        zp_in = layer.input_quant.zero_point
+        bias_eff = _fold_zero_point(layer.bias, zp_in, kernel)
+        weight_base, param_base, need = self.emit(layer.name, tiles, kernel, bias_eff, layer.requant,
+                                                  layer.weight_bits, split)
+        return GemmOp(layer.name, source, dest, (1, 1), (1, 1), (0, 0), k_tiles, nt_count,
+                      min(dest.pixels, cfg.accumulator_depth), weight_base, param_base, zp_in,
+                      dest.pixels * n_out * c_in, need, 0, layer.weight_bits, split=split)
 
     def add(self, layer: AddLayer, a: TensorPlacement, b: TensorPlacement, dest: TensorPlacement) -> GemmOp:
         """A residual add as a convolution of a 2x1 kernel over a view of both inputs.
@@ -778,20 +884,24 @@ class _Lowering:
                       row_tiles, weight_bits, diagonal)
 
     def emit(self, name: str, tiles: list[np.ndarray], kernel: np.ndarray, bias_eff: np.ndarray, rq,
-             weight_bits: int) -> tuple[int, int, int]:
+             weight_bits: int, split: int = 1) -> tuple[int, int, int]:
         """Add an op's weight ``tiles`` (``[rows, cols]`` each) and its parameters (one word
-        per tile of ``cols`` output channels of ``kernel``, ``[N, C, kh, kw]``) to the
-        images; returns its weight base, parameter base and accumulator bits needed."""
+        per tile of ``cols / split`` output channels of ``kernel``, ``[N, C, kh, kw]``) to the
+        images; returns its weight base, parameter base and accumulator bits needed. The
+        biases are per column (a split op's first column of each group holds its output's),
+        the requantization parameters per output of the tile."""
         cols, n_out = self.config.cols, len(kernel)
+        per_tile = cols // split
         weight_base = weight_packing.tile_address(sum(len(w) for w in self.words), weight_bits)
         self.words.append(weight_packing.pack_tiles(np.array(tiles), weight_bits))
         need = self.check_accumulator(name, kernel, bias_eff)
         multiplier, shift = (np.broadcast_to(v, (n_out,)) for v in (rq.multiplier, rq.shift))
         param_base = len(self.params)
-        for nt in range(_ceil_div(n_out, cols)):
-            lanes = range(nt * cols, (nt + 1) * cols)
+        for nt in range(_ceil_div(n_out, per_tile)):
+            columns = [nt * per_tile + c // split if c % split == 0 else n_out for c in range(cols)]
+            lanes = [nt * per_tile + g if g < per_tile else n_out for g in range(cols)]
             self.params.append((
-                [int(bias_eff[n]) if n < n_out else 0 for n in lanes],
+                [int(bias_eff[n]) if n < n_out else 0 for n in columns],
                 [int(multiplier[n]) if n < n_out else 0 for n in lanes],
                 [int(shift[n]) if n < n_out else 1 for n in lanes],
                 rq.zero_point, rq.clamp_min, rq.clamp_max))
@@ -823,16 +933,43 @@ class _Lowering:
 
 
 def lower(model: QuantizedModel, config: AcceleratorConfig, batch: int = 1, *,
-          stack_input_rows: bool = True, depthwise_taps_on_rows: bool = True) -> Program:
+          stack_input_rows: bool = True, depthwise_taps_on_rows: bool = True,
+          split_reductions: str = "auto") -> Program:
     """Compile ``model`` for ``config``, ``batch`` inputs per inference; raises
     ``ValueError`` naming the layer that cannot fit. ``stack_input_rows=False`` never
     stacks the input's rows (see the module docstring), which the lowering otherwise does
     where that saves cycles; ``depthwise_taps_on_rows=False`` runs no depthwise
-    convolution taps-on-rows (they run as channel-wise ops)."""
+    convolution taps-on-rows (they run as channel-wise ops). ``split_reductions`` splits the
+    reductions of 1x1 layers over columns (see the module docstring): ``"auto"`` where that
+    pays, ``"always"`` wherever a split has fewer steps, ``"never"`` nowhere."""
     if not isinstance(model, QuantizedModel):
         raise TypeError(f"model must be a QuantizedModel, not {type(model).__name__}")
     if not isinstance(config, AcceleratorConfig):
         raise TypeError(f"config must be an AcceleratorConfig, not {type(config).__name__}")
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ValueError(f"batch must be a positive integer, not {batch!r}")
-    return _Lowering(model, config, batch, stack_input_rows, depthwise_taps_on_rows).run()
+    if split_reductions not in ("auto", "always", "never"):
+        raise ValueError(f"split_reductions must be 'auto', 'always' or 'never', not {split_reductions!r}")
+    def lowered(split: bool) -> _Lowering:
+        return _Lowering(model, config, batch, stack_input_rows, depthwise_taps_on_rows, split_reductions=split)
+    if split_reductions != "auto":
+        return lowered(split_reductions == "always").run()
+    whole = lowered(False)
+    program = whole.run()
+    if not whole.split_steps_saved():
+        return program
+    split = lowered(True).run()
+    return split if _split_pays(program, split) else program
+
+
+#: The share of a program's steps that splitting reductions must save (net of the adding
+#: stage's cycle on every GEMM op) to be worth the stage's registers.
+SPLIT_MIN_SAVING = 0.01
+
+
+def _split_pays(whole: Program, split: Program) -> bool:
+    """Whether ``split`` (the program with its 1x1 layers split) takes enough fewer cycles
+    than ``whole`` (see :data:`SPLIT_MIN_SAVING`)."""
+    def steps(program):
+        return sum(op.steps for op in program.ops)
+    return steps(split) + len(split.gemm_ops) <= (1 - SPLIT_MIN_SAVING) * steps(whole)

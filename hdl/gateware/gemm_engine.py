@@ -8,7 +8,8 @@ Data path of one step issued at cycle ``t`` (all latencies derived from the conf
     t+R+1    vector enters the systolic array; weights follow in diagonal skew
     t+A      A = R + 1 + array latency: the ``cols`` partial sums leave the array together
              first step of a tile pass: + bias; else + accumulator; not last: write back
-    t+A+1    registered sums enter the requantizer
+    t+A+1    registered sums enter the requantizer (with split ops, ``t+A+2``: a stage
+             first adds a split op's ``split`` columns an output)
     t+A+1+L  the requantizer's result (``L = Requantizer.LATENCY``) is written to the
              activation memory: ``out_count`` lanes from lane ``out_lane`` of word
              ``out_addr`` on, into the next word for a packed destination
@@ -68,6 +69,7 @@ class GemmEngine(wiring.Component):
         self._program, self._cfg, self._w = program, cfg, widths
         self._packed = self.write_words_for(program) == 2
         self._taps = self.taps_on_rows_kernels(program)
+        self._splits = [s for s in program.split_factors if s > 1]
         members = {
             "steps": In(step_stream(widths, cfg)),
             "zero_point": In(signed(cfg.data_bits)),
@@ -95,9 +97,12 @@ class GemmEngine(wiring.Component):
 
     @classmethod
     def read_words_for(cls, program: Program) -> int:
-        """Words one read returns: two (a folded tile straddles two), or with taps-on-rows
-        ops a whole window row (:data:`READ_WORDS`)."""
-        return READ_WORDS if cls.taps_on_rows_kernels(program) else 2
+        """Words one read returns: two (a folded tile straddles two), with split ops their
+        ``rows * split`` inputs, with taps-on-rows ops a whole window row (:data:`READ_WORDS`)."""
+        if cls.taps_on_rows_kernels(program):
+            return READ_WORDS
+        cfg = program.config
+        return max(2, *(split * cfg.rows // cfg.bank_width for split in program.split_factors))
 
     @staticmethod
     def requantizer_accumulator_bits(program: Program) -> int:
@@ -117,10 +122,19 @@ class GemmEngine(wiring.Component):
         """Cycles from a step to its sums leaving the array."""
         return self.INPUT_LATENCY + SystolicArray.latency_for(self._cfg.rows, self._cfg.cols)
 
+    @staticmethod
+    def split_latency_for(program: Program) -> int:
+        """Cycles of the stage that adds a split op's columns: 1 with split ops, else 0."""
+        return 1 if any(op.split > 1 for op in program.gemm_ops) else 0
+
+    @property
+    def split_latency(self) -> int:
+        return self.split_latency_for(self._program)
+
     @property
     def write_latency(self) -> int:
         """Cycles from a step to its (last) write reaching the activation memory."""
-        return self.sum_latency + 1 + Requantizer.LATENCY
+        return self.sum_latency + 1 + self.split_latency + Requantizer.LATENCY
 
     def _window(self, m, step1, push):
         """The window buffer of taps-on-rows ops: rows of ``kw`` words (the ops' deepest
@@ -196,17 +210,22 @@ class GemmEngine(wiring.Component):
                 m.d.comb += x_sel[r].eq(self.zero_point)
             with m.Else():
                 m.d.comb += x_sel[r].eq(x_vec[r])
-        if self._taps:
-            # Every row gets a word: taps-on-rows steps a window word, the others their
-            # activation in every lane.
-            push = delayed(m, self.steps.valid & self.steps.payload.push, ActivationMemory.READ_LATENCY, "push")
-            tap_words = self._window(m, step1, push)
+        if self._taps or self._splits:
+            # Every PE gets its own activation: taps-on-rows steps a window word a row,
+            # split steps element r * split + c % split of the read, the others their
+            # row's activation in every lane.
+            if self._taps:
+                push = delayed(m, self.steps.valid & self.steps.payload.push, ActivationMemory.READ_LATENCY, "push")
+                tap_words = self._window(m, step1, push)
             x_reg = Signal(data.ArrayLayout(data.ArrayLayout(signed(bits), cols), rows))
             for r in range(rows):
-                with m.If(step1.taps_on_rows):
-                    m.d.sync += x_reg[r].eq(tap_words[r])
-                with m.Else():
-                    m.d.sync += [x_reg[r][c].eq(x_sel[r]) for c in range(cols)]
+                m.d.sync += [x_reg[r][c].eq(x_sel[r]) for c in range(cols)]
+                for split in self._splits:
+                    with m.If(step1.split == split):
+                        m.d.sync += [x_reg[r][c].eq(self.read.data[r * split + c % split]) for c in range(cols)]
+                if self._taps:
+                    with m.If(step1.taps_on_rows):
+                        m.d.sync += x_reg[r].eq(tap_words[r])
         else:
             x_reg = Signal.like(x_vec)
             m.d.sync += x_reg.eq(x_sel)
@@ -222,7 +241,7 @@ class GemmEngine(wiring.Component):
                      weights.bits.eq(delayed(m, step.w_bits, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_bits"))]
 
         m.submodules.array = array = SystolicArray(rows, cols, bits, cfg.accumulator_bits,
-                                                   lane_inputs=bool(self._taps))
+                                                   lane_inputs=bool(self._taps or self._splits))
         m.d.comb += [array.x.eq(x_reg), array.weights.eq(weights.weights)]
 
         # Accumulate at the array's output. The accumulator and bias block RAMs are read three
@@ -293,18 +312,34 @@ class GemmEngine(wiring.Component):
         m.d.sync += [acc_out.eq(total), tag.addr.eq(ctrl.out_addr), tag.lane.eq(ctrl.out_lane),
                      tag.count.eq(ctrl.out_count),
                      valid.eq(ctrl.valid & ctrl.last)]
-        m.d.comb += [rq.i_valid.eq(valid), rq.i_tag.eq(tag), rq.i_params.eq(requant_params)]
-        m.d.comb += [rq.i_acc[c].eq(acc_out[c][:rq_bits]) for c in range(cols)]     # the rest is sign
+        sums = Signal(data.ArrayLayout(signed(rq_bits), cols))
+        m.d.comb += [sums[c].eq(acc_out[c][:rq_bits]) for c in range(cols)]      # the rest is sign
+        if self._splits:
+            # A split op's output g is the sum of columns g * split to g * split + split - 1
+            # (exact in rq_bits: the total fits them, whatever the partial sums' carries).
+            split = delayed(m, ctrl.split, 1, "split")
+            reduced = Signal.like(sums)
+            m.d.sync += reduced.eq(sums)
+            for factor in self._splits:
+                with m.If(split == factor):
+                    for g in range(cols // factor):
+                        m.d.sync += reduced[g].eq(sum(sums[g * factor + j] for j in range(factor)))
+            sums = reduced
+            valid, tag = delayed(m, valid, 1, "valid"), delayed(m, tag, 1, "tag")
+            requant_params = delayed(m, requant_params, 1, "requant_params")
+        m.d.comb += [rq.i_valid.eq(valid), rq.i_tag.eq(tag), rq.i_params.eq(requant_params), rq.i_acc.eq(sums)]
 
         # Write the output's first ``count`` lanes from lane ``lane`` of word ``addr`` on:
-        # an unpacked destination's tiles start at multiples of cols; a packed one's anywhere,
-        # into the next word.
+        # an unpacked destination's tiles start at multiples of their outputs (cols, or
+        # cols / split); a packed one's anywhere, into the next word.
         m.d.comb += [self.write.valid.eq(rq.o_valid), self.write.payload.addr.eq(rq.o_tag.addr)]
-        starts = range(cfg.bank_width) if self._packed else range(0, cfg.bank_width, cols)
+        per_tile = min(cols // split for split in prog.split_factors) if prog.gemm_ops else cols
+        starts = range(cfg.bank_width) if self._packed else range(0, cfg.bank_width, per_tile)
         with m.Switch(rq.o_tag.lane):
             for start in starts:
                 with m.Case(start):
-                    for c in range(cols):
+                    # (A split op's tile starting late in a word has fewer than cols outputs.)
+                    for c in range(min(cols, len(self.write.payload.lanes) - start)):
                         m.d.comb += [self.write.payload.data[start + c].eq(rq.o_data[c]),
                                      self.write.payload.lanes[start + c].eq(c < rq.o_tag.count)]
         return m

@@ -34,7 +34,7 @@ class OpTable(wiring.Component):
         members = {
             "op_index": In(range(max(2, len(program.ops)))),
             "is_pool": Out(1), "is_last": Out(1),
-            "gemm": Out(gemm_params_layout(widths)),
+            "gemm": Out(gemm_params_layout(widths, program.config)),
             "zero_point": Out(signed(program.config.data_bits)),
             "pool": Out(pool_params_layout(widths, program.config.bank_width)),
         }

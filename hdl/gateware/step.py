@@ -22,7 +22,11 @@ def step_layout(w: Widths, cfg: AcceleratorConfig) -> data.StructLayout:
     ``tap_tile`` of a ``kh x kw`` kernel, whose window lies ``depth`` rows above the
     buffer's bottom (rows were pushed for the next pixel since). With ``push``, the ``kw`` words from ``act_addr``
     on enter the window as its new bottom row first (words whose bit of ``pad_words`` is
-    set read the zero point); a ``push_only`` step uses the array for nothing else."""
+    set read the zero point); a ``push_only`` step uses the array for nothing else.
+
+    A step of a split op (``split`` columns an output, see :mod:`hdl.compiler.program`;
+    0 or 1: not split) gives PE ``(r, c)`` element ``r * split + c % split`` of the words
+    from ``act_addr`` on, and its finished sums are added ``split`` columns at a time."""
     return data.StructLayout({
         "act_addr": unsigned(w.act_addr), "lane": range(cfg.bank_width), "pad": 1,
         "row_lo": range(cfg.rows + 1), "row_hi": range(cfg.rows + 1),
@@ -34,6 +38,7 @@ def step_layout(w: Widths, cfg: AcceleratorConfig) -> data.StructLayout:
         "taps_on_rows": 1, "push": 1, "push_only": 1, "pad_words": READ_WORDS,
         "tap_tile": unsigned(w.tile), "depth": unsigned(w.coord), "kh": unsigned(w.coord),
         "kw": unsigned(w.coord),
+        "split": range(cfg.cols + 1),
     })
 
 

@@ -20,7 +20,7 @@ from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.compiler.program import GemmOp
+from hdl.compiler.program import READ_WORDS, GemmOp
 from hdl.compiler.widths import Widths, bits_for
 from hdl.config import AcceleratorConfig
 from hdl.gateware.engine_busy import registered_busy
@@ -33,7 +33,7 @@ from hdl.gateware.window import (FoldedWindowAddress, WindowAddress, divmod_by_c
                                 window_params)
 
 
-def gemm_params_layout(w: Widths) -> data.StructLayout:
+def gemm_params_layout(w: Widths, config: AcceleratorConfig) -> data.StructLayout:
     """Per-op constants of a GEMM op."""
     coord, tile = unsigned(w.coord), unsigned(w.tile)
     return data.StructLayout({
@@ -47,6 +47,9 @@ def gemm_params_layout(w: Widths) -> data.StructLayout:
         "out_nt_step": unsigned(w.act_element),   # elements from one output tile to the next
         "taps_on_rows": 1,                   # a taps-on-rows op: its steps come from TapsOnRowsSteps
         "taps": taps_on_rows_layout(w),
+        "split": range(config.cols + 1),         # a split op's columns an output (GemmOp.split)
+        "split_words": range(READ_WORDS + 1),    # its words a step; 0: not split
+        "out_per_tile": range(config.cols + 1),  # outputs of a tile: cols / split
     })
 
 
@@ -54,23 +57,27 @@ def gemm_params(op: GemmOp, config: AcceleratorConfig) -> dict:
     """:func:`gemm_params_layout`'s values for ``op``. Output pixel ``p``'s channel tile
     ``nt`` starts at element ``p * out_stride + nt * out_nt_step`` of the destination
     (``out_stride``: its words times the bank width, or its channels when packed;
-    ``out_nt_step``: ``cols``, or a whole word plane when the destination is planar); a
-    packed destination's last tile writes only its channels."""
+    ``out_nt_step``: the tile's outputs, ``cols / split``, or a whole word plane when the
+    destination is planar); a packed destination's last tile writes only its channels.
+    A split op's channel tiles are ``split_words`` words apart."""
     dest = op.dest
     out_stride = dest.pixel_stride * (1 if dest.packed_lanes else config.bank_width)
+    per_tile = config.cols // op.split
     if dest.planar:                  # word nt * pixels + p
         out_stride, out_nt_step = config.bank_width, dest.pixels * config.bank_width
     else:
-        out_nt_step = config.cols
+        out_nt_step = per_tile
     return {"window": window_params(op.source, op.dest, op.kernel, op.stride, op.padding),
             "folded": int(op.folded), "taps_w": op.row_tiles if op.folded else op.kernel[1],
             "ct_count": 1 if op.folded else op.channel_tiles, "k_tiles": op.k_tiles, "nt_count": op.n_tiles,
             "block": op.block, "pixels": op.pixels,
             "out_stride": out_stride,
-            "out_channels": dest.channels if dest.packed_lanes else op.n_tiles * config.cols,
+            "out_channels": dest.channels if dest.packed_lanes else op.n_tiles * per_tile,
             "out_base": op.dest.base, "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base,
             "diagonal": int(op.diagonal), "out_nt_step": out_nt_step,
-            "taps_on_rows": int(bool(op.tap_tiles)), "taps": taps_on_rows_params(op, config)}
+            "taps_on_rows": int(bool(op.tap_tiles)), "taps": taps_on_rows_params(op, config),
+            "split": op.split, "split_words": op.split * config.rows // config.bank_width if op.split > 1 else 0,
+            "out_per_tile": per_tile}
 
 
 class StepGenerator(wiring.Component):
@@ -97,17 +104,20 @@ class StepGenerator(wiring.Component):
         self._w, self._cfg, self._folding, self._taps_on_rows = widths, config, folding, taps_on_rows
         self._in_groups = config.bank_width // config.rows
         super().__init__({
-            "params": In(gemm_params_layout(widths)),
+            "params": In(gemm_params_layout(widths, config)),
             "start": In(1),
             "busy": Out(1),
             "steps": Out(step_stream(widths, config)),
         })
 
     @staticmethod
-    def _word_and_group(m, group, word, groups: int, advance, reset):
-        """A channel-tile index split into (word of the pixel, group of lanes in the word)."""
+    def _word_and_group(m, group, word, groups: int, advance, reset, split_words):
+        """A channel-tile index split into (word of the pixel, group of lanes in the word);
+        a split op's tiles are ``split_words`` whole words each."""
         with m.If(reset):
             m.d.sync += [group.eq(0), word.eq(0)]
+        with m.Elif(advance & split_words.any()):
+            m.d.sync += word.eq(word + split_words)
         with m.Elif(advance & (group == groups - 1)):
             m.d.sync += [group.eq(0), word.eq(word + 1)]
         with m.Elif(advance):
@@ -191,7 +201,8 @@ class StepGenerator(wiring.Component):
             with m.Else():
                 m.d.sync += [ct.eq(0), j.eq(0), i.eq(i + 1)]
         self._word_and_group(m, ct_group, ct_word, self._in_groups, advance=next_tap & ~end_of_ct,
-                             reset=start | next_block | next_tile | (next_tap & end_of_ct))
+                             reset=start | next_block | next_tile | (next_tap & end_of_ct),
+                             split_words=p.split_words)
 
         with m.If(start | next_tile):
             begin_block(p.pixels)
@@ -217,7 +228,7 @@ class StepGenerator(wiring.Component):
         with m.If(start):
             m.d.sync += [nt_first.eq(0), nt_out.eq(0)]
         with m.Elif(next_tile):
-            m.d.sync += [nt_first.eq(nt_first + self._cfg.cols), nt_out.eq(nt_out + p.out_nt_step)]
+            m.d.sync += [nt_first.eq(nt_first + p.out_per_tile), nt_out.eq(nt_out + p.out_nt_step)]
 
         return SimpleNamespace(running=running, start=start, nt=nt, kt=kt, i=i, j=j, ct_word=ct_word, ct_group=ct_group,
                                nt_first=nt_first, nt_out=nt_out, pixel=m0 + cnt, cnt=cnt,
@@ -240,17 +251,17 @@ class StepGenerator(wiring.Component):
             s0.lane.eq(shift_add_product(n.ct_group, rows, len(s0.lane))), s0.row_lo.eq(0), s0.row_hi.eq(rows),
             s0.w_addr.eq(n.w_nt_base + n.kt), s0.w_bits.eq(p.w_bits),
             s0.first.eq(n.kt == 0), s0.last.eq(n.end_of_k), s0.acc_addr.eq(n.cnt),
-            s0.p_addr.eq(p.p_base + n.nt),
+            s0.p_addr.eq(p.p_base + n.nt), s0.split.eq(p.split),
             window.tap.oy.eq(n.oy), window.tap.ox.eq(n.ox), window.tap.i.eq(n.i), window.tap.j.eq(n.j),
             window.tap.image_base.eq(n.ibase),
             window.tap.word.eq(n.ct_word + Mux(p.diagonal, n.nt, 0)),
             s0_pixel.eq(n.pixel), s0_nt_out.eq(n.nt_out),
         ]
-        # The tile's channels that exist: all cols, but in a packed destination's last tile.
-        cols = self._cfg.cols
+        # The tile's channels that exist: all its outputs (cols / split), but in a packed
+        # destination's last tile.
         left = Signal(w.act_element)
         m.d.comb += left.eq(p.out_channels - n.nt_first)
-        m.d.sync += s0_count.eq(Mux(left < cols, left, cols))
+        m.d.sync += s0_count.eq(Mux(left < p.out_per_tile, left, p.out_per_tile))
         m.d.comb += window.window.eq(p.window)
 
         # Stages 1 to WindowAddress.LATENCY: the input address (window pipeline), and the
@@ -281,7 +292,7 @@ class StepGenerator(wiring.Component):
                              self.steps.payload.pad.eq(folded.pad)]
         busy = registered_busy(m, n.running | Cat(*valid).any(), n.start)
         if self._taps_on_rows:
-            m.submodules.taps_on_rows = taps = TapsOnRowsSteps(w, self._cfg, gemm_params_layout(w))
+            m.submodules.taps_on_rows = taps = TapsOnRowsSteps(w, self._cfg, gemm_params_layout(w, self._cfg))
             m.d.comb += [taps.params.eq(p), taps.start.eq(self.start & p.taps_on_rows)]
             with m.If(p.taps_on_rows):
                 m.d.comb += [self.steps.valid.eq(taps.steps.valid), self.steps.payload.eq(taps.steps.payload)]
