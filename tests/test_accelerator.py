@@ -26,7 +26,7 @@ def test_dense_models_match_reference(model, rows, cols, simulator, simulate_cas
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
 # add at most a few cycles); these bounds catch a change that slows the schedule.
-CYCLE_BOUNDS = {("linear", 8, 8): 265, ("mlp", 8, 8): 145}     # measured 260 and 143, +2%
+CYCLE_BOUNDS = {("linear", 8, 8): 258, ("mlp", 8, 8): 145}     # measured 253 and 143, +2%
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))

@@ -119,6 +119,39 @@ def test_input_loader_writes_the_beats(words_per_beat, bus_bits, write_words):
     run_bench(dut, bench)
 
 
+@pytest.mark.parametrize("words_per_beat, write_words", [(4, 4), (16, 4), (5, 2), (3, 1)])
+def test_input_loader_takes_a_beat_as_the_last_one_leaves(words_per_beat, write_words):
+    """With the bus always valid, a beat is taken every ceil(words_per_beat / write_words)
+    cycles (the next enters in the cycle of the previous one's last write), and the whole
+    input takes one write cycle a write: 23 words of 4 lanes in ceil(23 / write_words)."""
+    bank = 4
+    placement = TensorPlacement(base=0, channels=92, height=1, width=1, words_per_pixel=23)
+    dut = InputLoader(placement, words_per_beat, words_per_beat * bank * BITS, addr_bits=6, lanes=bank,
+                      data_bits=BITS, write_words=write_words)
+    n_beats = math.ceil(23 / words_per_beat)
+
+    async def bench(ctx):
+        ctx.set(dut.beats.valid, 1)
+        taken, writes, cycle = [], [], 0
+        while True:
+            if ctx.get(dut.beats.ready):
+                taken.append(cycle)
+            if ctx.get(dut.write.valid):
+                writes.append(cycle)
+            if ctx.get(dut.done):
+                break
+            await ctx.tick()
+            cycle += 1
+            assert cycle < 200
+        period = math.ceil(words_per_beat / write_words)
+        assert taken == [k * period for k in range(n_beats)]
+        per_beat = [min(words_per_beat, 23 - start) for start in range(0, 23, words_per_beat)]
+        assert len(writes) == sum(math.ceil(n / write_words) for n in per_beat)
+        assert writes == list(range(1, 1 + len(writes))), "a write every cycle from the first beat's on"
+
+    run_bench(dut, bench)
+
+
 # --- OutputUnit ---------------------------------------------------------------------------
 
 def _requant(n: int) -> Requantization:

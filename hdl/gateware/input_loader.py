@@ -12,8 +12,9 @@ class InputLoader(wiring.Component):
     """Writes one inference's input tensor, ``words_per_beat`` words from each beat,
     ``write_words`` of them a cycle.
 
-    It takes a beat only when the previous one is written, and after the last word it
-    waits (``beats.ready`` low) until ``rearm``.
+    It takes a beat when the previous one is written or in the cycle of its last write
+    (a beat every ``ceil(words_per_beat / write_words)`` cycles while the bus keeps up),
+    and after the input's last word it waits (``beats.ready`` low) until ``rearm``.
 
     Members
     -------
@@ -46,12 +47,6 @@ class InputLoader(wiring.Component):
         addr = Signal.like(self.write.payload.addr, init=self._input.base)
         words_left = Signal(bits_for(words) + 1, init=words)
 
-        m.d.comb += [self.beats.ready.eq(armed & (beat_words_left == 0)),
-                     self.idle.eq(armed & (beat_words_left == 0) & (words_left == words))]
-        with m.If(self.beats.valid & self.beats.ready):
-            m.d.sync += [beat.eq(self.beats.payload), beat_words_left.eq(wpb)]
-            m.d.comb += self.first_beat.eq(words_left == words)
-
         # This cycle's words: up to per_write, no more than the beat and the input have left.
         count = Signal(range(per_write + 1))
         m.d.comb += count.eq(per_write)
@@ -72,6 +67,13 @@ class InputLoader(wiring.Component):
                 m.d.comb += self.done.eq(1)
                 m.d.sync += [beat_words_left.eq(0), armed.eq(0), addr.eq(self._input.base),
                              words_left.eq(words)]
+        # The next beat enters as this one's last word leaves (not after the input's last).
+        last_write = (beat_words_left == count) & (words_left != count)
+        m.d.comb += [self.beats.ready.eq(armed & ((beat_words_left == 0) | last_write)),
+                     self.idle.eq(armed & (beat_words_left == 0) & (words_left == words))]
+        with m.If(self.beats.valid & self.beats.ready):
+            m.d.sync += [beat.eq(self.beats.payload), beat_words_left.eq(wpb)]
+            m.d.comb += self.first_beat.eq((words_left == words) & (beat_words_left == 0))
         with m.If(self.rearm):
             m.d.sync += armed.eq(1)
         return m
