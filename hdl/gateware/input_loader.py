@@ -1,4 +1,6 @@
 """The input loader: input beats in, activation-memory words out, several a cycle."""
+import math
+
 from amaranth import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -46,6 +48,13 @@ class InputLoader(wiring.Component):
         beat_words_left = Signal(range(wpb + 1))
         addr = Signal.like(self.write.payload.addr, init=self._input.base)
         words_left = Signal(bits_for(words) + 1, init=words)
+        # ``beats.ready`` comes from registers only (it leaves the chip): the write cycles
+        # left of the beat (every beat but the input's last takes ``beat_cycles``), and
+        # whether the beat holds the input's last word.
+        n_beats, beat_cycles = math.ceil(words / wpb), math.ceil(wpb / per_write)
+        beats_left = Signal(range(n_beats + 1), init=n_beats)
+        cycles_left = Signal(range(beat_cycles + 1))
+        final_beat = Signal()
 
         # This cycle's words: up to per_write, no more than the beat and the input have left.
         count = Signal(range(per_write + 1))
@@ -61,19 +70,19 @@ class InputLoader(wiring.Component):
                 Mux(k < count, (1 << self._lanes) - 1, 0))
         with m.If(self.write.valid):
             m.d.sync += [beat.eq(beat >> (word_bits * per_write)), beat_words_left.eq(beat_words_left - count),
-                         addr.eq(addr + count), words_left.eq(words_left - count)]
+                         addr.eq(addr + count), words_left.eq(words_left - count), cycles_left.eq(cycles_left - 1)]
             with m.If(words_left == count):
                 # The rest of the last beat is padding.
                 m.d.comb += self.done.eq(1)
                 m.d.sync += [beat_words_left.eq(0), armed.eq(0), addr.eq(self._input.base),
-                             words_left.eq(words)]
+                             words_left.eq(words), beats_left.eq(n_beats), cycles_left.eq(0)]
         # The next beat enters as this one's last word leaves (not after the input's last).
-        last_write = (beat_words_left == count) & (words_left != count)
-        m.d.comb += [self.beats.ready.eq(armed & ((beat_words_left == 0) | last_write)),
+        m.d.comb += [self.beats.ready.eq(armed & ((cycles_left == 0) | ((cycles_left == 1) & ~final_beat))),
                      self.idle.eq(armed & (beat_words_left == 0) & (words_left == words))]
         with m.If(self.beats.valid & self.beats.ready):
-            m.d.sync += [beat.eq(self.beats.payload), beat_words_left.eq(wpb)]
-            m.d.comb += self.first_beat.eq((words_left == words) & (beat_words_left == 0))
+            m.d.sync += [beat.eq(self.beats.payload), beat_words_left.eq(wpb), cycles_left.eq(beat_cycles),
+                         beats_left.eq(beats_left - 1), final_beat.eq(beats_left == 1)]
+            m.d.comb += self.first_beat.eq(beats_left == n_beats)
         with m.If(self.rearm):
             m.d.sync += armed.eq(1)
         return m
