@@ -205,6 +205,10 @@ class GemmOp(WindowOp):
     def folded(self) -> bool:
         return self.row_tiles > 0
 
+    def split_words(self, config: AcceleratorConfig) -> int:
+        """Words one step of a split op reads (``rows * split / B``); 0 when not split."""
+        return self.split * config.rows // config.bank_width if self.split > 1 else 0
+
     @property
     def pixels(self) -> int:
         return self.dest.pixels
@@ -461,7 +465,7 @@ class _Lowering:
         output = placed[self.stored(len(layers))]
         # A split op's last read of a pixel may reach past its tensor (into words whose
         # weights are zero); the memory holds those words too.
-        split_reads = [op.source.base + op.source.pixels * op.source.words_per_pixel + self.split_words(op.split)
+        split_reads = [op.source.base + op.source.pixels * op.source.words_per_pixel + op.split_words(cfg)
                        for op in self.ops if isinstance(op, GemmOp) and op.split > 1]
         return Program(config=cfg, model_name=model.name, ops=self.ops, input=placed[0],
                        output=output, output_shape=model.output_shape,
@@ -632,10 +636,6 @@ class _Lowering:
         return [s for s in range(2, cfg.cols + 1)
                 if cfg.cols % s == 0 and cfg.rows * s % cfg.bank_width == 0
                 and cfg.rows * s <= READ_WORDS * cfg.bank_width]
-
-    def split_words(self, split: int) -> int:
-        """Words one step of a split op reads."""
-        return self.config.rows * split // self.config.bank_width
 
     def split_steps(self, c_in: int, n_out: int, split: int) -> int:
         """Steps of one output pixel of a 1x1 layer split over ``split`` columns."""

@@ -76,7 +76,7 @@ def gemm_params(op: GemmOp, config: AcceleratorConfig) -> dict:
             "out_base": op.dest.base, "w_base": op.weight_base, "w_bits": op.weight_bits, "p_base": op.param_base,
             "diagonal": int(op.diagonal), "out_nt_step": out_nt_step,
             "taps_on_rows": int(bool(op.tap_tiles)), "taps": taps_on_rows_params(op, config),
-            "split": op.split, "split_words": op.split * config.rows // config.bank_width if op.split > 1 else 0,
+            "split": op.split, "split_words": op.split_words(config),
             "out_per_tile": per_tile}
 
 
