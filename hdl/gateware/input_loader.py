@@ -57,37 +57,30 @@ class InputLoader(wiring.Component):
         final_beat = Signal()
 
         # This cycle's words: up to per_write, no more than the beat and the input have left.
-        # A register, set from the next cycle's counts (the write's lanes and the activation
-        # memory's bank addresses follow from it; computed from the counts in the same
-        # cycle, the comparisons' carry chains and the route to the banks made a 11.7 ns path).
         count = Signal(range(per_write + 1))
-        next_beat_words_left, next_words_left = Signal.like(beat_words_left), Signal.like(words_left)
-        m.d.comb += [next_beat_words_left.eq(beat_words_left), next_words_left.eq(words_left)]
-        next_count = Signal.like(count)
-        m.d.comb += next_count.eq(per_write)
-        with m.If((next_beat_words_left < per_write) & (next_beat_words_left <= next_words_left)):
-            m.d.comb += next_count.eq(next_beat_words_left)
-        with m.Elif(next_words_left < per_write):
-            m.d.comb += next_count.eq(next_words_left)
-        m.d.sync += [count.eq(next_count), beat_words_left.eq(next_beat_words_left), words_left.eq(next_words_left)]
+        m.d.comb += count.eq(per_write)
+        with m.If((beat_words_left < per_write) & (beat_words_left <= words_left)):
+            m.d.comb += count.eq(beat_words_left)
+        with m.Elif(words_left < per_write):
+            m.d.comb += count.eq(words_left)
         m.d.comb += [self.write.valid.eq(beat_words_left != 0), self.write.payload.addr.eq(addr),
                      self.write.payload.data.eq(beat[:word_bits * per_write])]
         for k in range(per_write):
             m.d.comb += self.write.payload.lanes[k * self._lanes:(k + 1) * self._lanes].eq(
                 Mux(k < count, (1 << self._lanes) - 1, 0))
         with m.If(self.write.valid):
-            m.d.comb += [next_beat_words_left.eq(beat_words_left - count), next_words_left.eq(words_left - count)]
-            m.d.sync += [beat.eq(beat >> (word_bits * per_write)), addr.eq(addr + count), cycles_left.eq(cycles_left - 1)]
+            m.d.sync += [beat.eq(beat >> (word_bits * per_write)), beat_words_left.eq(beat_words_left - count),
+                         addr.eq(addr + count), words_left.eq(words_left - count), cycles_left.eq(cycles_left - 1)]
             with m.If(words_left == count):
                 # The rest of the last beat is padding.
-                m.d.comb += [self.done.eq(1), next_beat_words_left.eq(0), next_words_left.eq(words)]
-                m.d.sync += [armed.eq(0), addr.eq(self._input.base), beats_left.eq(n_beats), cycles_left.eq(0)]
+                m.d.comb += self.done.eq(1)
+                m.d.sync += [beat_words_left.eq(0), armed.eq(0), addr.eq(self._input.base),
+                             words_left.eq(words), beats_left.eq(n_beats), cycles_left.eq(0)]
         # The next beat enters as this one's last word leaves (not after the input's last).
         m.d.comb += [self.beats.ready.eq(armed & ((cycles_left == 0) | ((cycles_left == 1) & ~final_beat))),
                      self.idle.eq(armed & (beat_words_left == 0) & (words_left == words))]
         with m.If(self.beats.valid & self.beats.ready):
-            m.d.comb += next_beat_words_left.eq(wpb)
-            m.d.sync += [beat.eq(self.beats.payload), cycles_left.eq(beat_cycles),
+            m.d.sync += [beat.eq(self.beats.payload), beat_words_left.eq(wpb), cycles_left.eq(beat_cycles),
                          beats_left.eq(beats_left - 1), final_beat.eq(beats_left == 1)]
             m.d.comb += self.first_beat.eq(beats_left == n_beats)
         with m.If(self.rearm):
