@@ -2,7 +2,7 @@
 
   nnaccel compile MODEL --calibration DATA -o FOLDER [--rows R --cols C ...]
   nnaccel sim FOLDER [--simulator verilator|icarus|ghdl]
-  nnaccel estimate FOLDER
+  nnaccel estimate FOLDER [--seed N] [--what-if bram-output-registers]
   nnaccel weights FOLDER MODEL --calibration DATA -o IMAGE.bin   (--runtime-weights designs)
 
 MODEL is a ``torch.export`` program file (``.pt2``, from ``torch.export.save``), a
@@ -37,6 +37,8 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from hdl.tools.fpga_estimate import WHAT_IF
 
 DESIGN_FILE, MODEL_FILE, VECTORS_FILE, REPORT_FILE = "design.json", "model.npz", "vectors.npz", "report.json"
 DESIGN_FORMAT = "nnaccel-design"
@@ -294,9 +296,11 @@ def estimate_design(args) -> int:
             "neural_network_accelerator_axi"
     else:
         top, name = NeuralNetworkAccelerator(program), "neural_network_accelerator"
+    # A what-if's figures describe no working design: they never replace the real estimate.
+    work_dir = Path(args.folder) / ("ecp5" if args.what_if is None else f"ecp5-what-if-{args.what_if}")
     try:
-        result = estimate_ecp5(top, name=name, work_dir=Path(args.folder) / "ecp5", device=args.device,
-                               timeout_s=args.timeout)
+        result = estimate_ecp5(top, name=name, work_dir=work_dir, device=args.device, seed=args.seed,
+                               timeout_s=args.timeout, what_if=args.what_if)
     except (RuntimeError, ValueError) as error:
         raise UserError(str(error).splitlines()[0]) from None
     print(format_estimate(result))
@@ -366,6 +370,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--axi", action="store_true", help="the AXI wrapper instead of the bare accelerator")
     e.add_argument("--device", default="85k", help="nextpnr-ecp5 device: 25k, 45k, 85k, ... (default 85k)")
     e.add_argument("--timeout", type=float, default=None, help="seconds per tool")
+    e.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
+    e.add_argument("--what-if", choices=WHAT_IF, default=None,
+                   help="a timing experiment on a netlist that is then not functional (bram-output-registers: "
+                        "every DP16KD's output register on); results in FOLDER/ecp5-what-if-<experiment>/")
     w = commands.add_parser("weights", help="a weight image of another model for a --runtime-weights design")
     w.add_argument("folder")
     w.add_argument("model", help="a .pt2 file, a TorchScript file, or package.module:factory")

@@ -192,6 +192,12 @@ def test_sim_and_estimate_need_a_compiled_folder(tmp_path, capsys):
             capsys, [command, str(tmp_path)])
 
 
+def test_estimate_what_if_is_one_of_the_experiments(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["estimate", str(tmp_path), "--what-if", "faster"])
+    assert "invalid choice: 'faster' (choose from 'bram-output-registers')" in capsys.readouterr().err
+
+
 def test_console_script_is_declared():
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert 'nnaccel = "sim.nnaccel:main"' in text
