@@ -204,10 +204,11 @@ def _input_words(program, codes, bank):
     return words[:program.input.words]
 
 
-def _run_gemm_ops(program, mem):
+def _run_gemm_ops(program, mem, record_steps=None):
     """Runs the program's GEMM ops in order on one StepGenerator + GemmEngine, on the
     memory model ``mem`` (modified in place). Returns, per op, the memory before it, the
-    writes ``(cycle, addr, data, lanes)`` and the cycles of its steps with ``last`` set."""
+    writes ``(cycle, addr, data, lanes)`` and the cycles of its steps with ``last`` set.
+    ``record_steps``: a list that receives every step's payload, in order."""
     bank = program.config.bank_width
     dut = _StepsAndEngine(program)
     gen, gemm = dut.gen, dut.gemm
@@ -231,6 +232,8 @@ def _run_gemm_ops(program, mem):
                 if ctx.get(gemm.steps.valid):
                     step = ctx.get(gemm.steps.payload)
                     steps.append(cycle)
+                    if record_steps is not None:
+                        record_steps.append(step)
                     if step.last:
                         last_steps.append(cycle)
                     if not step.pad and step.row_lo < step.row_hi:
@@ -244,15 +247,7 @@ def _run_gemm_ops(program, mem):
                     writes.append(write)
                 await ctx.tick()
                 ctx.set(gen.start, 0)
-                # The edge reads the old words (two: the GEMM's read) and applies the write, lane by lane.
-                data = [v for a in (addr, addr + 1) for v in (mem[a] if a < len(mem) else [0] * bank)]
-                if write is not None:
-                    _, waddr, wdata, lanes = write
-                    for lane in range(len(wdata)):              # one word, or two (packed outputs)
-                        if lanes >> lane & 1:
-                            assert waddr + lane // bank < len(mem), f"{op.name}: write past the memory"
-                            mem[waddr + lane // bank][lane % bank] = wdata[lane]
-                ctx.set(gemm.read.data, delay_read(data))
+                ctx.set(gemm.read.data, delay_read(_memory_edge(mem, addr, write, op.name)))
                 idle = idle + 1 if not ctx.get(gen.busy) else 0
                 cycle += 1
                 assert cycle < op.steps + latency + 60, f"{op.name}: busy never fell"
@@ -260,6 +255,76 @@ def _run_gemm_ops(program, mem):
 
     run_bench(dut, bench)
     return results, latency
+
+
+def _memory_edge(mem, addr, write, name):
+    """A clock edge of the activation memory model: the old words at ``addr`` and ``addr +
+    1`` (the GEMM's read), then the write ``(cycle, addr, data, lanes)`` (or None) applied
+    lane by lane."""
+    bank = len(mem[0])
+    data = [v for a in (addr, addr + 1) for v in (mem[a] if a < len(mem) else [0] * bank)]
+    if write is not None:
+        _, waddr, wdata, lanes = write
+        for lane in range(len(wdata)):              # one word, or two (packed outputs)
+            if lanes >> lane & 1:
+                assert waddr + lane // bank < len(mem), f"{name}: write past the memory"
+                mem[waddr + lane // bank][lane % bank] = wdata[lane]
+    return data
+
+
+def _replay_steps(program, mem, steps, gaps):
+    """Feeds recorded ``steps`` to a bare GemmEngine, ``gaps[i]`` idle cycles after step
+    ``i``, on the memory model ``mem`` (modified in place); returns its writes
+    ``(addr, data, lanes)``."""
+    op, = program.gemm_ops
+    engine = GemmEngine(program, Widths.of(program))
+    schedule = [s for step, gap in zip(steps, gaps) for s in [step] + [None] * gap]
+    writes = []
+
+    async def bench(ctx):
+        delay_read = ReadLatency([0] * (2 * program.config.bank_width))
+        ctx.set(engine.zero_point, op.input_zero_point)
+        for cycle in range(len(schedule) + engine.write_latency + 12):
+            step = schedule[cycle] if cycle < len(schedule) else None
+            ctx.set(engine.steps.valid, step is not None)
+            if step is not None:
+                ctx.set(engine.steps.payload, step)
+            write = None
+            if ctx.get(engine.write.valid):
+                payload = ctx.get(engine.write.payload)
+                write = (cycle, payload.addr, [int(v) for v in payload.data], payload.lanes)
+                writes.append(write[1:])
+            addr = ctx.get(engine.read.addr)
+            await ctx.tick()
+            ctx.set(engine.read.data, delay_read(_memory_edge(mem, addr, write, op.name)))
+
+    run_bench(engine, bench)
+    return writes
+
+
+def test_accumulation_forwards_the_latest_write_across_idle_cycles():
+    """Batch-1 dense steps add into one accumulator every step. Replayed to the engine with
+    idle cycles between them (0, 1, 2 or 3), a step's addend is the latest write that its
+    accumulator read (ahead of the sum) did not see, and never a register of a write that did
+    not happen (an idle cycle's): the step two before it when the one before was idle, and
+    what the read saw after longer gaps. The writes are those of the step generator's run
+    without gaps, and the op's output is the reference's. (Only this test fails when the
+    forwarding ignores whether the held write happened.)"""
+    program, model = dense_program(2, 4, 1, 4)
+    op, = program.gemm_ops
+    assert op.block == 1 and op.split == 1 and op.channel_tiles == 6
+    bank = program.config.bank_width
+    rng = np.random.default_rng(17)
+    mem = [[int(v) for v in rng.integers(-128, 128, bank)] for _ in range(program.activation_words)]
+    steps, generated = [], [list(w) for w in mem]
+    (_, _, writes, _, _), = _run_gemm_ops(program, generated, record_steps=steps)[0]
+    gaps = [(0, 1, 0, 0, 2, 3, 1, 1, 0, 2)[i % 10] for i in range(len(steps))]
+    replayed = [list(w) for w in mem]
+    assert _replay_steps(program, replayed, steps, gaps) == [w[1:] for w in writes]
+    assert replayed == generated
+    source = torch.as_tensor(read_tensor(mem, op.source, bank), dtype=torch.int8).reshape(1, -1)
+    want = run_layer(model.layers[0], source).numpy().astype(np.int64)
+    np.testing.assert_array_equal(read_tensor(replayed, op.dest, bank).reshape(want.shape), want)
 
 
 def _check_op_writes(program, op: GemmOp, before, after, writes, steps, last_steps, latency):
