@@ -287,6 +287,16 @@ def test_estimate_places_and_routes_the_compiled_design(compiled, capsys):
     estimate = json.loads((compiled / "ecp5" / "neural_network_accelerator" / "estimate.json").read_text())
     assert estimate["lut4"] > 0 and estimate["fmax_mhz"] > 0 and 0 < estimate["dsp"] <= 156
     assert f"{estimate['fmax_mhz']:.1f} MHz" in out
+    assert estimate["functional"] and estimate["what_if"] is None
+    # The what-if goes to a folder of its own and says what it is; the real estimate stays.
+    assert main(["estimate", str(compiled), "--what-if", "bram-output-registers", "--seed", "2",
+                 "--timeout", "1800"]) == 0
+    assert "[what-if bram-output-registers: not a functional design]" in capsys.readouterr().out
+    what_if = json.loads((compiled / "ecp5-what-if-bram-output-registers" / "neural_network_accelerator"
+                          / "estimate.json").read_text())
+    assert not what_if["functional"] and what_if["what_if"] == "bram-output-registers"
+    assert what_if["bram"] == estimate["bram"] and what_if["fmax_mhz"] > 0
+    assert json.loads((compiled / "ecp5" / "neural_network_accelerator" / "estimate.json").read_text()) == estimate
 
 
 def test_exported_graphs_keep_residual_adds_and_concatenations(tmp_path):
