@@ -237,10 +237,6 @@ def _critical_path_log(log_text: str) -> str:
     return "\n".join(last)
 
 
-#: ``estimate_ecp5(what_if=...)``: timing experiments on a netlist that is no longer functional.
-WHAT_IF = ("bram-output-registers",)
-
-
 def set_bram_output_registers(netlist: dict) -> int:
     """Timing experiment: turn on every DP16KD's output register (``REGMODE_A/B = OUTREG``).
 
@@ -256,6 +252,11 @@ def set_bram_output_registers(netlist: dict) -> int:
                 cell["parameters"]["REGMODE_A"] = cell["parameters"]["REGMODE_B"] = "OUTREG"
                 changed += 1
     return changed
+
+
+#: ``estimate_ecp5(what_if=...)``: timing experiments, each a change of yosys's JSON netlist
+#: (in place; returns the number of cells changed) after which the netlist is not functional.
+WHAT_IF = {"bram-output-registers": set_bram_output_registers}
 
 
 def estimate_ecp5(elaboratable, *, name: str, device: str = "85k",
@@ -354,11 +355,11 @@ def estimate_ecp5(elaboratable, *, name: str, device: str = "85k",
         cells = {k: v for k, v in mod["num_cells_by_type"].items() if k != "$scopeinfo"}
         progress(f"{tag} yosys done in {wall['yosys']} s: "
                  + ", ".join(f"{v} {k}" for k, v in sorted(cells.items())))
-        if what_if == "bram-output-registers":
+        if what_if is not None:
             netlist = json.loads((tmp / "netlist.json").read_text())
-            changed = set_bram_output_registers(netlist)
+            changed = WHAT_IF[what_if](netlist)
             (tmp / "netlist.json").write_text(json.dumps(netlist))
-            progress(f"{tag} what-if: output registers on in {changed} DP16KD (the netlist is not functional)")
+            progress(f"{tag} what-if {what_if}: {changed} cells changed (the netlist is not functional)")
 
         argv = [f"--{device}", "--package", package, "--json", "netlist.json",
                 "--freq", f"{target_mhz:g}", "--timing-allow-fail", "--seed", str(seed),
