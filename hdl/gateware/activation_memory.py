@@ -6,15 +6,19 @@ in one cycle: a folded convolution's tile spans two, a max-pool reads up to four
 pixel's channels at once. Only one op runs at a time, so arbitration is a selection: the
 sequencer names the reader (:class:`Reader`); writes never collide (the loader writes
 only while nothing runs, an op writes only its own output), and a fixed priority picks
-among them.
+among them. No reader uses a word read in the cycle it is written (an op never reads
+its own output; lanes read past a tensor are dropped), so the banks are
+:mod:`collision-free memories <hdl.gateware.collisions>` (``tests/test_collisions.py``
+checks it on whole inferences).
 """
 from types import SimpleNamespace
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, enum, memory, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.program import READ_WORDS
+from hdl.gateware.collisions import collision_free_memory
 from hdl.gateware.pipeline import delayed
 
 
@@ -101,7 +105,8 @@ class ActivationMemory(wiring.Component):
         depth = max(2, -(-self._depth // BANKS) + 1)
         chunk_bits = self._chunk_entries.bit_length() - 1
         sizes = [min(self._chunk_entries, depth - start) for start in range(0, depth, self._chunk_entries)]
-        chunks = [[memory.Memory(shape=word, depth=max(2, size), init=[]) for size in sizes] for _ in range(BANKS)]
+        chunks = [[collision_free_memory(shape=word, depth=max(2, size), init=[]) for size in sizes]
+                  for _ in range(BANKS)]
         for index, bank in enumerate(chunks):
             for number, chunk in enumerate(bank):
                 m.submodules[f"bank{index}" if len(bank) == 1 else f"bank{index}_chunk{number}"] = chunk
@@ -142,14 +147,23 @@ class ActivationMemory(wiring.Component):
             m.d.sync += reg.eq((addr + ((number - first_bank) & (BANKS - 1))) >> shift)
         # Each chunk's read data is registered beside it: the block RAM's clock-to-output
         # time is long, and the chunk selection, the reordering and the readers' logic come
-        # after it.
+        # after it. (No reset: the estimate moves the register into the block RAM's output
+        # register, hdl.tools.fpga_estimate.pack_bram_output_registers.)
         bank_data = [Signal(word, name=f"bank{index}_data") for index in range(BANKS)]
         for index, (bank, wr, rd_addr) in enumerate(zip(chunks, writes, bank_addr)):
-            chunk_data = [Signal(word, name=f"bank{index}_chunk{number}_data") for number in range(len(bank))]
+            chunk_data = [Signal(word, name=f"bank{index}_chunk{number}_data", reset_less=True)
+                          for number in range(len(bank))]
+            # A write is registered before it leaves for the bank's block RAMs (a cycle after
+            # its port: no reader reads a word that soon after its write), so that the
+            # writers' logic and the long wires to the block RAMs are a cycle each.
+            write_addr = Signal(range(depth), name=f"bank{index}_write_addr", reset_less=True)
+            write_data = Signal(word, name=f"bank{index}_write_data", reset_less=True)
+            m.d.sync += [write_addr.eq(wr.addr), write_data.eq(wr.data)]
             for number, (chunk, data_reg) in enumerate(zip(bank, chunk_data)):
                 write, read = chunk.write_port(granularity=self._data_bits), chunk.read_port()
-                enable = wr.en if len(bank) == 1 else Mux(wr.addr[chunk_bits:] == number, wr.en, 0)
-                m.d.comb += [write.addr.eq(wr.addr), write.data.eq(wr.data), write.en.eq(enable),
+                enable = Signal(self._lanes, name=f"bank{index}_chunk{number}_write_en")
+                m.d.sync += enable.eq(wr.en if len(bank) == 1 else Mux(wr.addr[chunk_bits:] == number, wr.en, 0))
+                m.d.comb += [write.addr.eq(write_addr), write.data.eq(write_data), write.en.eq(enable),
                              read.addr.eq(rd_addr)]
                 m.d.sync += data_reg.eq(read.data)
             if len(bank) == 1:

@@ -17,16 +17,17 @@ Data path of one step issued at cycle ``t`` (all latencies derived from the conf
 The accumulator, bias and requantization-parameter memories are read two cycles before
 their data is used and their outputs are registered, so that no path runs from a block
 RAM's output through the adder (or into the requantizer's multipliers).
-Its read port is transparent to its write port, which covers a write in the cycle of the
-read; a write in the cycle after it (the previous step's, to the same address: batch-1
-dense layers accumulate one address every cycle) is forwarded from the register that
-holds it.
+The accumulator memory is :mod:`collision-free <hdl.gateware.collisions>`: the writes
+its read misses (those of the read's cycle and the two after it, to the same address:
+batch-1 dense layers accumulate one address every cycle) are forwarded from the registers
+that hold them, the latest first, never read.
 """
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.config import AcceleratorConfig
+from hdl.gateware.collisions import collision_free_memory
 from hdl.gateware.pipeline import delayed
 from hdl.compiler.program import READ_WORDS, Program
 from hdl.gateware.requantizer import Requantizer, requant_params_layout
@@ -253,25 +254,28 @@ class GemmEngine(wiring.Component):
         ctrl_requant = delayed(m, ctrl_read, 1, "ctrl")
         ctrl_next = delayed(m, ctrl_requant, 1, "ctrl")
         ctrl = delayed(m, ctrl_next, 1, "ctrl")
-        acc_mem = memory.Memory(shape=data.ArrayLayout(signed(cfg.accumulator_bits), cols),
-                                depth=cfg.accumulator_depth, init=[])
+        acc_mem = collision_free_memory(shape=data.ArrayLayout(signed(cfg.accumulator_bits), cols),
+                                        depth=cfg.accumulator_depth, init=[])
         m.submodules.accumulators = acc_mem
-        acc_wr = acc_mem.write_port()
-        acc_rd = acc_mem.read_port(transparent_for=(acc_wr,))
+        acc_wr, acc_rd = acc_mem.write_port(), acc_mem.read_port()
         m.submodules.bias = bias_mem = _bias_memory(prog)
         bias_rd = bias_mem.read_port()
         if runtime:
             self._load_into(m, bias_mem, self.load_biases)
         m.d.comb += [acc_rd.addr.eq(ctrl_read.acc_addr), bias_rd.addr.eq(ctrl_read.p_addr)]
-        acc_near, bias_near = Signal.like(acc_rd.data), Signal.like(bias_rd.data)
+        # (The data registers have no reset: the estimate moves them into the block RAMs'
+        # output registers, hdl.tools.fpga_estimate.pack_bram_output_registers.)
+        acc_near, bias_near = Signal.like(acc_rd.data, reset_less=True), Signal.like(bias_rd.data, reset_less=True)
         m.d.sync += [acc_near.eq(acc_rd.data), bias_near.eq(bias_rd.data)]
-        # The next sum's addend: its bias on its first step; else the last two steps' writes,
-        # which its read (three cycles before the sum; it sees a write of its own cycle) did
-        # not see, the later one first; else what it read.
-        written = Signal(data.StructLayout({"en": 1, "addr": acc_wr.addr.shape(), "data": acc_wr.data.shape()}))
-        forward, forward_before = Signal(), Signal()
+        # The next sum's addend: its bias on its first step; else the writes its read (three
+        # cycles before the sum) did not see, of this cycle and the two before, the latest
+        # first; else what it read.
+        write_layout = data.StructLayout({"en": 1, "addr": acc_wr.addr.shape(), "data": acc_wr.data.shape()})
+        written, written_before = Signal(write_layout), Signal(write_layout)
+        forward, forward_before, forward_earlier = Signal(), Signal(), Signal()
         m.d.comb += [forward.eq(acc_wr.en & (acc_wr.addr == ctrl_next.acc_addr)),
-                     forward_before.eq(written.en & (written.addr == ctrl_next.acc_addr))]
+                     forward_before.eq(written.en & (written.addr == ctrl_next.acc_addr)),
+                     forward_earlier.eq(written_before.en & (written_before.addr == ctrl_next.acc_addr))]
         addend = Signal(data.ArrayLayout(signed(cfg.accumulator_bits), cols))
         total = Signal(data.ArrayLayout(signed(cfg.accumulator_bits), cols))
         for c in range(cols):
@@ -281,6 +285,8 @@ class GemmEngine(wiring.Component):
                 m.d.sync += addend[c].eq(total[c])
             with m.Elif(forward_before):
                 m.d.sync += addend[c].eq(written.data[c])
+            with m.Elif(forward_earlier):
+                m.d.sync += addend[c].eq(written_before.data[c])
             with m.Else():
                 m.d.sync += addend[c].eq(acc_near[c])
             m.d.comb += total[c].eq(array.y[c] + addend[c])
@@ -289,7 +295,8 @@ class GemmEngine(wiring.Component):
             acc_wr.data.eq(total),
             acc_wr.en.eq(ctrl.valid & ~ctrl.last),
         ]
-        m.d.sync += [written.en.eq(acc_wr.en), written.addr.eq(acc_wr.addr), written.data.eq(acc_wr.data)]
+        m.d.sync += [written.en.eq(acc_wr.en), written.addr.eq(acc_wr.addr), written.data.eq(acc_wr.data),
+                     written_before.eq(written)]
 
         # Requantize finished sums.
         m.submodules.requant_params = requant_mem = _requant_memory(prog)
@@ -299,7 +306,7 @@ class GemmEngine(wiring.Component):
         # (Read two cycles before the sum, registered beside the memory, then at the
         # requantizer's input with the sum.)
         m.d.comb += requant_rd.addr.eq(ctrl_requant.p_addr)
-        requant_near, requant_params = Signal.like(requant_rd.data), Signal.like(requant_rd.data)
+        requant_near, requant_params = Signal.like(requant_rd.data, reset_less=True), Signal.like(requant_rd.data)
         m.d.sync += [requant_near.eq(requant_rd.data), requant_params.eq(requant_near)]
 
         tag_layout = data.StructLayout({"addr": unsigned(w.act_addr), "lane": range(cfg.bank_width),

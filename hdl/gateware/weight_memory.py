@@ -118,7 +118,9 @@ class WeightMemory(wiring.Component):
         data is registered beside its block RAM, and the registered pieces of a depth are
         selected after. The block RAMs' 5.6 ns clock-to-output then drives one short wire,
         not a mux of block RAMs spread over the chip (Yosys, left to choose, cuts some
-        banks by depth and muxes their outputs)."""
+        banks by depth and muxes their outputs). The data registers have no reset (what
+        they hold before the first read is never used), so the estimate moves each into its
+        block RAM's output register (:func:`hdl.tools.fpga_estimate.pack_bram_output_registers`)."""
         from hdl.tools.bram_estimate import dp16kd_shape
         cols, words = self._cols, len(self._words)
         width = LANE_BITS * len(members)
@@ -129,7 +131,7 @@ class WeightMemory(wiring.Component):
                         for r, c in members)) if self._writable else None
         chunks = []                                        # by depth: the registered data
         for k, first in enumerate(range(0, words, depth)):
-            data_reg = Signal(width, name=f"bank{d}_{k}_data")
+            data_reg = Signal(width, name=f"bank{d}_{k}_data", reset_less=True)
             for at in range(0, width, piece_bits):
                 bits = min(piece_bits, width - at)
                 mask = (1 << bits) - 1
