@@ -10,7 +10,8 @@ chip) and costs a register and a LUT a bit.
 A memory built by :func:`collision_free_memory` is marked with :data:`ATTRIBUTE`; its
 users promise that no data they use comes from a read of an address written in the same
 cycle (the activation memory: an op writes only its own output, never a word it reads,
-and lanes read past a tensor are dropped). The RTL keeps Amaranth's semantics (the
+and lanes read past a tensor are dropped; the accumulators: the writes a read misses are
+forwarded). The RTL keeps Amaranth's semantics (the
 simulators return the old word); :func:`hdl.tools.fpga_estimate.estimate_ecp5` gives
 Yosys the marked memories' collisions as undefined, so it maps them like a vendor tool's
 simple dual-port block RAM: the read data straight into the register after it.
