@@ -77,9 +77,11 @@ def test_two_multipliers_out_of_context(tmp_path):
 
 
 class _RegisteredRom(wiring.Component):
-    """A 512 x 36 ROM whose read data go through one register to the output."""
+    """A 512 x 36 ROM whose read data go through ``registers`` registers to the output:
+    the output's, and before it one with a reset only if ``reset``."""
 
-    def __init__(self):
+    def __init__(self, registers: int, reset: bool = True):
+        self._registers, self._reset = registers, reset
         super().__init__({"addr": In(9), "data": Out(36)})
 
     def elaborate(self, platform):
@@ -88,24 +90,11 @@ class _RegisteredRom(wiring.Component):
                                                init=[(i * 2654435761) % (1 << 36) for i in range(512)])
         read = rom.read_port()
         m.d.comb += read.addr.eq(self.addr)
-        m.d.sync += self.data.eq(read.data)
-        return m
-
-
-class _RomTwoRegisters(wiring.Component):
-    """A 512 x 36 ROM, then a register (no reset unless ``reset``), then the output's."""
-
-    def __init__(self, reset: bool):
-        self._reset = reset
-        super().__init__({"addr": In(9), "data": Out(36)})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.rom = rom = memory.Memory(shape=36, depth=512,
-                                               init=[(i * 2654435761) % (1 << 36) for i in range(512)])
-        read, near = rom.read_port(), Signal(36, reset_less=not self._reset)
-        m.d.comb += read.addr.eq(self.addr)
-        m.d.sync += [near.eq(read.data), self.data.eq(near)]
+        if self._registers == 1:
+            m.d.sync += self.data.eq(read.data)
+        else:
+            near = Signal(36, reset_less=not self._reset)
+            m.d.sync += [near.eq(read.data), self.data.eq(near)]
         return m
 
 
@@ -113,8 +102,8 @@ def test_a_plain_register_after_a_block_ram_moves_into_it(tmp_path):
     """Packed, the ROM's 5.8 ns clock-to-output leaves the path (one seed: 144.7 MHz
     unpacked, over 400 packed); a register with a reset stays where it was."""
     quiet = lambda line: None
-    packed = estimate_ecp5(_RomTwoRegisters(reset=False), name="rom", work_dir=tmp_path / "packed", progress=quiet)
-    kept = estimate_ecp5(_RomTwoRegisters(reset=True), name="rom", work_dir=tmp_path / "kept", progress=quiet)
+    packed = estimate_ecp5(_RegisteredRom(2, reset=False), name="rom", work_dir=tmp_path / "packed", progress=quiet)
+    kept = estimate_ecp5(_RegisteredRom(2, reset=True), name="rom", work_dir=tmp_path / "kept", progress=quiet)
     assert packed["bram_output_registers"] == 1 and kept["bram_output_registers"] == 0
     assert packed["yosys_cells"] == kept["yosys_cells"] == {"DP16KD": 1, "TRELLIS_FF": 72}
     assert packed["ff"] == 36 and kept["ff"] == 72
@@ -192,8 +181,8 @@ def test_bram_output_registers_what_if_is_faster_and_marked(tmp_path):
     """The block RAM's 5.8 ns clock-to-output limits the plain design; the what-if is
     faster (0.95 ns) and says it describes no working design."""
     quiet = lambda line: None
-    plain = estimate_ecp5(_RegisteredRom(), name="rom", work_dir=tmp_path / "plain", progress=quiet)
-    what_if = estimate_ecp5(_RegisteredRom(), name="rom", work_dir=tmp_path / "what_if", progress=quiet,
+    plain = estimate_ecp5(_RegisteredRom(1), name="rom", work_dir=tmp_path / "plain", progress=quiet)
+    what_if = estimate_ecp5(_RegisteredRom(1), name="rom", work_dir=tmp_path / "what_if", progress=quiet,
                             what_if="bram-output-registers")
     assert plain["bram"] == what_if["bram"] == 1
     assert plain["functional"] and plain["what_if"] is None

@@ -343,20 +343,7 @@ def pack_bram_output_registers(netlist: dict) -> tuple[int, int]:
         for ram in [cell for cell in cells.values() if cell["type"] == "DP16KD"]:
             if any(ram["parameters"].get(f"REGMODE_{p}", "NOREG") != "NOREG" for p in "AB"):
                 continue
-            clocks = {tuple(ram["connections"][f"CLK{p}"]) for p in "AB"} - {("0",), ("1",), ("x",)}
-            registers = {}                               # flip-flop -> the output bit it takes
-            for port, bits in ram["connections"].items():
-                for bit in bits if port.startswith("DO") else ():
-                    sinks = loads.get(bit, [])
-                    if not sinks:
-                        continue
-                    flop = cells[sinks[0][0]] if len(sinks) == 1 and sinks[0][1] == "DI" else None
-                    if flop is None or flop["type"] != "TRELLIS_FF" or not _plain_register(flop, clocks):
-                        registers = None
-                        break
-                    registers[sinks[0][0]] = bit
-                if registers is None:
-                    break
+            registers = _output_registers(ram, cells, loads)
             if not registers:
                 continue
             for flop, bit in registers.items():
@@ -370,6 +357,25 @@ def pack_bram_output_registers(netlist: dict) -> tuple[int, int]:
             ram["connections"]["OCEA"] = ram["connections"]["OCEB"] = ["1"]
             rams, flops = rams + 1, flops + len(registers)
     return rams, flops
+
+
+def _output_registers(ram: dict, cells: dict, loads: dict) -> dict | None:
+    """The flip-flops that ``ram``'s used outputs drive, each to the output bit it takes,
+    or ``None`` unless every used output bit drives one plain register alone."""
+    clocks = {tuple(ram["connections"][f"CLK{p}"]) for p in "AB"} - {("0",), ("1",), ("x",)}
+    registers = {}
+    for port, bits in ram["connections"].items():
+        for bit in bits if port.startswith("DO") else ():
+            sinks = loads.get(bit, [])
+            if not sinks:
+                continue
+            if len(sinks) != 1 or sinks[0][1] != "DI":
+                return None
+            flop = cells[sinks[0][0]]
+            if flop["type"] != "TRELLIS_FF" or not _plain_register(flop, clocks):
+                return None
+            registers[sinks[0][0]] = bit
+    return registers
 
 
 def _plain_register(flop: dict, clocks: set) -> bool:
