@@ -11,10 +11,11 @@ from __future__ import annotations
 from hdl.compiler.program import GemmOp, Program
 from hdl.gateware.activation_memory import ActivationMemory
 from hdl.gateware.gemm_engine import GemmEngine
+from hdl.gateware.requantizer import Requantizer
 from hdl.gateware.window import WindowAddress
 
 #: Cycles of an op's start and drain beyond the array's rows and columns.
-OP_FIXED_OVERHEAD = 14 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY
+OP_FIXED_OVERHEAD = 8 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY + Requantizer.LATENCY
 
 
 def op_overhead(program: Program) -> int:

@@ -26,7 +26,7 @@ def test_dense_models_match_reference(model, rows, cols, simulator, simulate_cas
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
 # add at most a few cycles); these bounds catch a change that slows the schedule.
-CYCLE_BOUNDS = {("linear", 8, 8): 258, ("mlp", 8, 8): 145}     # measured 253 and 143, +2%
+CYCLE_BOUNDS = {("linear", 8, 8): 261, ("mlp", 8, 8): 150}     # measured 256 and 148, +2%
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))
@@ -144,17 +144,17 @@ def test_pytorch_default_qconfig_model_runs_exactly(simulate_case):
 # that takes more than 2% over its figure fails, and so does one 2% under it: then the
 # figures here are out of date and must follow the new schedule.
 PINNED_OP_CYCLES = {
-    ("lenet", 8, 8): [12842, 1623, 26922, 280, 7322, 6342, 168],
-    ("lenet", 4, 8): [22438, 1623, 49958, 280, 14038, 12638, 288],
-    ("stem", 8, 8): [8234, 2327], ("stem", 4, 8): [14374, 2327],
-    ("dwsep", 8, 8): [577, 554], ("dwsep", 4, 8): [829, 1062],
+    ("lenet", 8, 8): [12844, 1624, 26924, 281, 7324, 6344, 170],
+    ("lenet", 4, 8): [22440, 1624, 49960, 281, 14040, 12640, 290],
+    ("stem", 8, 8): [8236, 2328], ("stem", 4, 8): [14376, 2328],
+    ("dwsep", 8, 8): [579, 556], ("dwsep", 4, 8): [831, 1064],
     # MobileNetV1 0.25 (conv, then depthwise/pointwise pairs, average pooling, classifier)
     # and its first four blocks on 3x32x32.
     # Depthwise layers and the average pooling run taps-on-rows.
-    ("mobilenet", 8, 8): [9258, 4737, 4650, 2433, 4650, 4833, 9258, 1281, 4650, 2529, 9258, 705, 4650, 1377,
-                          9258, 1377, 9258, 1377, 9258, 1377, 9258, 1377, 9258, 417, 4650, 801, 9258, 161, 74],
-    ("mobilenet4", 8, 8): [1066, 577, 554, 321, 554, 609, 1066, 193, 554, 73, 50],
-    ("dscnn", 8, 8): [5042, 2113, 8042, 2113, 8042, 2113, 8042, 2113, 8042, 1042, 58],
+    ("mobilenet", 8, 8): [9260, 4739, 4652, 2435, 4652, 4835, 9260, 1283, 4652, 2531, 9260, 707, 4652, 1379,
+                          9260, 1379, 9260, 1379, 9260, 1379, 9260, 1379, 9260, 419, 4652, 803, 9260, 163, 76],
+    ("mobilenet4", 8, 8): [1068, 579, 556, 323, 556, 611, 1068, 195, 556, 75, 52],
+    ("dscnn", 8, 8): [5044, 2115, 8044, 2115, 8044, 2115, 8044, 2115, 8044, 1044, 60],
 }
 PINNED_TOLERANCE = 0.02
 
@@ -164,6 +164,7 @@ def check_pinned_cycles(key, report):
     for result in report.results:
         assert len(result["phases"]) == len(pinned) + 2, f"{key}: {len(result['phases']) - 2} ops, pinned {len(pinned)}"
         measured = [cycles for cycles, _ in result["phases"][:len(pinned)]]
+        print(f"{key}: op cycles {measured} (pinned {pinned})")
         for index, (got, want) in enumerate(zip(measured, pinned)):
             assert got <= want * (1 + PINNED_TOLERANCE), f"{key} op {index}: {got} cycles, pinned {want} (+2%)"
             assert got >= want * (1 - PINNED_TOLERANCE), \
@@ -179,7 +180,7 @@ def test_pinned_cycle_check_fails_on_a_slower_op():
                              + [[40, 0], [18, 0]]}]              # the input load and the output
     check_pinned_cycles(("lenet", 8, 8), Report(1.0))
     check_pinned_cycles(("lenet", 8, 8), Report(1.019))
-    with pytest.raises(AssertionError, match="op 2: 27729 cycles"):
+    with pytest.raises(AssertionError, match="op 2: 27731 cycles"):
         check_pinned_cycles(("lenet", 8, 8), Report(1.03))
     with pytest.raises(AssertionError, match="update PINNED_OP_CYCLES"):
         check_pinned_cycles(("lenet", 8, 8), Report(0.97))
