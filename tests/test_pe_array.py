@@ -9,22 +9,21 @@ from tests.amaranth_sim import run_testbench
 
 def test_pe_multiplies_and_accumulates_extremes():
     pe = ProcessingElement(8, 32)
-    # (x, weight, partial sum added to the previous case's product): both ends of int32.
-    cases = [(-128, -128, 0), (127, -128, 5), (-1, 1, -(2 ** 31) + 16256), (0, 77, 123), (-128, 127, 2 ** 31 - 1)]
+    # (x, weight, the partial sum its product meets): both ends of int32.
+    cases = [(-128, -128, 2 ** 31 - 1 - 16384), (127, -128, -(2 ** 31) + 16256), (-1, 1, 123), (0, 77, 5), (-128, 127, 0)]
+    ahead = ProcessingElement.LATENCY - 1     # the product of cycle t meets the partial sum of t + ahead
 
     async def bench(ctx):
-        # The product of cycle t meets the partial sum of cycle t + 1.
-        previous = None
-        for x, w, psum in cases + [(0, 0, 0)]:
+        for t in range(len(cases) + ahead):
+            x, w, _ = cases[t] if t < len(cases) else (0, 0, 0)
             ctx.set(pe.x_in, x)
             ctx.set(pe.weight, w)
-            if previous is not None:
-                ctx.set(pe.psum_in, psum)
+            met = cases[t - ahead] if t >= ahead else None
+            ctx.set(pe.psum_in, met[2] if met else 0)
             await ctx.tick()
             assert ctx.get(pe.x_out) == x
-            if previous is not None:
-                assert ctx.get(pe.psum_out) == psum + previous[0] * previous[1]
-            previous = (x, w)
+            if met:
+                assert ctx.get(pe.psum_out) == met[2] + met[0] * met[1]
 
     run_testbench(pe, bench)
 

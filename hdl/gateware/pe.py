@@ -5,10 +5,13 @@ from amaranth.lib.wiring import In, Out
 
 
 class ProcessingElement(wiring.Component):
-    """Weight-streaming MAC cell, pipelined: multiply in one cycle, add in the next.
+    """Weight-streaming MAC cell, pipelined: operands registered, multiplied, then added.
 
-    The product ``x_in * weight`` is registered (it maps onto a DSP with its output
-    register); one cycle later it is added to the partial sum arriving from above. The
+    ``x_in`` and ``weight`` are registered beside the multiplier, their product is
+    registered, and one cycle later it is added to the partial sum arriving from above
+    (the three registers are a DSP's input and output registers: none has a reset, and
+    the operand registers have no other load, so the ECP5 estimate moves them into the
+    DSP, :func:`hdl.tools.fpga_estimate.pack_dsp_registers`). The
     activation moves right through one register, the sum down through one register, so
     a PE adds a vector's product :attr:`LATENCY` cycles after it saw the vector and the
     PE below sees that sum exactly when it adds its own product of the same vector.
@@ -36,14 +39,18 @@ class ProcessingElement(wiring.Component):
         })
 
     #: Cycles from ``x_in``/``weight`` to the sum that includes their product at ``psum_out``.
-    LATENCY = 2
+    LATENCY = 3
 
     def elaborate(self, platform):
         m = Module()
-        product = Signal(signed(2 * self._data_bits))
+        x = Signal(signed(self._data_bits), reset_less=True)
+        weight = Signal(signed(self._data_bits), reset_less=True)
+        product = Signal(signed(2 * self._data_bits), reset_less=True)
         m.d.sync += [
             self.x_out.eq(self.x_in),
-            product.eq(self.x_in * self.weight),
+            x.eq(self.x_in),
+            weight.eq(self.weight),
+            product.eq(x * weight),
             self.psum_out.eq(self.psum_in + product),
         ]
         return m

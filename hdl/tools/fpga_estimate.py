@@ -57,6 +57,14 @@ takes a block RAM's outputs (always enabled, no reset, same clock) into the bloc
 output register, the same function cycle for cycle, as vendor tools do; the count is in
 the result (``bram_output_registers``).
 
+DSP registers
+-------------
+Neither does Yosys 0.70 pack registers into a MULT18X18D, so nextpnr times each
+multiplier as 3.9 ns of logic between two of the fabric's flip-flops, placed wherever.
+:func:`pack_dsp_registers` moves the plain registers on a multiplier's operands (if they
+drive nothing else) into its input registers, and the one after its product into its
+output register; the count is in the result (``dsp_registers``).
+
 Counts
 ------
 ``lut4`` is nextpnr's ``TRELLIS_COMB`` count: the LUT4 sites used, including the two
@@ -334,57 +342,139 @@ def pack_bram_output_registers(netlist: dict) -> tuple[int, int]:
     rams = flops = 0
     for module in netlist["modules"].values():
         cells = module["cells"]
-        loads = {}
-        for name, cell in cells.items():
-            for port, bits in cell["connections"].items():
-                if cell.get("port_directions", {}).get(port) != "output":
-                    for bit in bits:
-                        loads.setdefault(bit, []).append((name, port))
+        loads, _ = _loads_and_drivers(cells)
         for ram in [cell for cell in cells.values() if cell["type"] == "DP16KD"]:
             if any(ram["parameters"].get(f"REGMODE_{p}", "NOREG") != "NOREG" for p in "AB"):
                 continue
-            registers = _output_registers(ram, cells, loads)
-            if not registers:
+            clocks = {tuple(ram["connections"][f"CLK{p}"]) for p in "AB"} - {("0",), ("1",), ("x",)}
+            registers = _output_registers(ram, r"DO[AB]\d+", cells, loads)
+            if not registers or _clocks(cells, registers) != clocks:
                 continue
             for flop, bit in registers.items():
-                (q,) = cells.pop(flop)["connections"]["Q"]
-                for name, port in loads.get(q, []):
-                    connection = cells[name]["connections"][port]
-                    connection[:] = [bit if b == q else b for b in connection]
-                for net in [*module.get("netnames", {}).values(), *module.get("ports", {}).values()]:
-                    net["bits"] = [bit if b == q else b for b in net["bits"]]
+                _replace_output_register(module, loads, flop, bit)
             ram["parameters"]["REGMODE_A"] = ram["parameters"]["REGMODE_B"] = "OUTREG"
             ram["connections"]["OCEA"] = ram["connections"]["OCEB"] = ["1"]
             rams, flops = rams + 1, flops + len(registers)
     return rams, flops
 
 
-def _output_registers(ram: dict, cells: dict, loads: dict) -> dict | None:
-    """The flip-flops that ``ram``'s used outputs drive, each to the output bit it takes,
-    or ``None`` unless every used output bit drives one plain register alone."""
-    clocks = {tuple(ram["connections"][f"CLK{p}"]) for p in "AB"} - {("0",), ("1",), ("x",)}
+def pack_dsp_registers(netlist: dict) -> tuple[int, int]:
+    """Move the registers around each DSP multiplier into it, as vendor tools do and Yosys
+    0.70 does not. A MULT18X18D whose used outputs each drive one plain register alone
+    (as :func:`pack_bram_output_registers` takes them) gets its output register on
+    (``REG_OUTPUT_CLK = CLK0``) in place of those flip-flops; one whose A and B pins all
+    come from plain registers that drive nothing else gets its input registers on
+    (``REG_INPUTA_CLK``, ``REG_INPUTB_CLK``), its pins then taking the registers' inputs.
+    All on one clock. The same function, cycle for cycle; nextpnr then times the
+    multiplier between its own registers instead of as 3.9 ns of logic between the
+    fabric's. Returns (multipliers that took registers, flip-flops moved into them).
+    """
+    dsps = flops = 0
+    for module in netlist["modules"].values():
+        cells = module["cells"]
+        loads, drivers = _loads_and_drivers(cells)
+        ports = {bit for net in module.get("ports", {}).values() for bit in net["bits"]}
+        for name, dsp in [(name, cell) for name, cell in cells.items() if cell["type"] == "MULT18X18D"]:
+            if any(value != "NONE" for key, value in dsp["parameters"].items() if key.endswith("_CLK")):
+                continue
+            outputs = _output_registers(dsp, r"P\d+", cells, loads) or {}
+            inputs = [_input_registers(name, operand, cells, loads, drivers, ports) for operand in "AB"]
+            inputs = inputs if all(inputs) else []
+            clocks = _clocks(cells, {**outputs, **{flop: q for registers in inputs for flop, q in registers.items()}})
+            if len(clocks) != 1:
+                continue
+            for flop, bit in outputs.items():
+                _replace_output_register(module, loads, flop, bit)
+            for registers in inputs:
+                for flop, q in registers.items():
+                    (d,) = cells.pop(flop)["connections"]["DI"]
+                    for port, bits in dsp["connections"].items():
+                        dsp["connections"][port] = [d if b == q else b for b in bits]
+                    for net in module.get("netnames", {}).values():
+                        net["bits"] = ["x" if b == q else b for b in net["bits"]]
+            for register in ["OUTPUT"] * bool(outputs) + ["INPUTA", "INPUTB"] * bool(inputs):
+                dsp["parameters"].update({f"REG_{register}_CLK": "CLK0", f"REG_{register}_CE": "CE0",
+                                          f"REG_{register}_RST": "RST0"})
+            dsp["connections"].update({"CLK0": list(*clocks), "CE0": ["1"], "RST0": ["0"]})
+            dsp.setdefault("port_directions", {}).update({"CLK0": "input", "CE0": "input", "RST0": "input"})
+            dsps += 1
+            flops += len(outputs) + sum(map(len, inputs))
+            loads, drivers = _loads_and_drivers(cells)          # (the moved registers' nets changed)
+    return dsps, flops
+
+
+def _loads_and_drivers(cells: dict) -> tuple[dict, dict]:
+    """Each net bit's loads ``[(cell, port), ...]``, and its driver ``(cell, port)``."""
+    loads, drivers = {}, {}
+    for name, cell in cells.items():
+        for port, bits in cell["connections"].items():
+            output = cell.get("port_directions", {}).get(port) == "output"
+            for bit in bits:
+                if output:
+                    drivers[bit] = (name, port)
+                else:
+                    loads.setdefault(bit, []).append((name, port))
+    return loads, drivers
+
+
+def _clocks(cells: dict, registers: dict) -> set:
+    """The clock nets of flip-flops ``registers``."""
+    return {tuple(cells[flop]["connections"]["CLK"]) for flop in registers}
+
+
+def _output_registers(cell: dict, outputs: str, cells: dict, loads: dict) -> dict | None:
+    """The flip-flops that ``cell``'s used outputs (ports matching regular expression
+    ``outputs``) drive, each to the bit it takes, or ``None`` unless every such bit
+    drives one plain register alone."""
     registers = {}
-    for port, bits in ram["connections"].items():
-        for bit in bits if port.startswith("DO") else ():
+    for port, bits in cell["connections"].items():
+        for bit in bits if re.fullmatch(outputs, port) else ():
             sinks = loads.get(bit, [])
             if not sinks:
                 continue
-            if len(sinks) != 1 or sinks[0][1] != "DI":
-                return None
-            flop = cells[sinks[0][0]]
-            if flop["type"] != "TRELLIS_FF" or not _plain_register(flop, clocks):
+            if len(sinks) != 1 or sinks[0][1] != "DI" or not _plain_register(cells[sinks[0][0]]):
                 return None
             registers[sinks[0][0]] = bit
     return registers
 
 
-def _plain_register(flop: dict, clocks: set) -> bool:
-    """A TRELLIS_FF always enabled, never reset, starting at 0, on ``clocks`` (one net)."""
+def _input_registers(dsp: str, operand: str, cells: dict, loads: dict, drivers: dict, ports: set) -> dict | None:
+    """The flip-flops whose outputs are multiplier ``dsp``'s ``operand`` pins (``"A"`` or
+    ``"B"``), each to its output bit, or ``None`` unless each is a plain register that
+    drives nothing but those pins (constant pins must be 0: the registers start at 0)."""
+    pins = {port: bits[0] for port, bits in cells[dsp]["connections"].items()
+            if port.startswith(operand) and port[1:].isdigit()}
+    registers = {}
+    for bit in set(pins.values()):
+        if bit == "0":
+            continue
+        flop, port = drivers.get(bit, (None, None))
+        if (port != "Q" or bit in ports or not _plain_register(cells[flop])
+                or any(cell != dsp or pin not in pins for cell, pin in loads[bit])):
+            return None
+        registers[flop] = bit
+    return registers or None
+
+
+def _replace_output_register(module: dict, loads: dict, flop: str, bit) -> None:
+    """Remove flip-flop ``flop``: its loads, and the ports and net names of its output,
+    take ``bit`` (what drove it) instead."""
+    cells = module["cells"]
+    (q,) = cells.pop(flop)["connections"]["Q"]
+    for name, port in loads.get(q, []):
+        connection = cells[name]["connections"][port]
+        connection[:] = [bit if b == q else b for b in connection]
+    for net in [*module.get("netnames", {}).values(), *module.get("ports", {}).values()]:
+        net["bits"] = [bit if b == q else b for b in net["bits"]]
+
+
+def _plain_register(flop: dict) -> bool:
+    """A TRELLIS_FF always enabled, never reset, starting at 0, on a rising clock."""
     params, conn = flop["parameters"], flop["connections"]
-    return (params.get("CLKMUX", "CLK") == "CLK" and params.get("REGSET", "RESET") == "RESET"
+    return (flop["type"] == "TRELLIS_FF" and params.get("CLKMUX", "CLK") == "CLK"
+            and params.get("REGSET", "RESET") == "RESET"
             and (params.get("CEMUX", "").strip() == "1" or conn.get("CE") == ["1"])
-            and conn.get("LSR", ["0"]) == ["0"] and params.get("LSRMUX", "LSR") == "LSR"
-            and clocks == {tuple(conn["CLK"])})
+            and conn.get("LSR", ["0"]) == ["0"] and params.get("LSRMUX", "LSR") == "LSR")
 
 
 #: ``estimate_ecp5(what_if=...)``: timing experiments, each a change of yosys's JSON netlist
@@ -498,6 +588,8 @@ def estimate_ecp5(elaboratable, *, name: str, device: str = "85k",
         netlist = json.loads((tmp / "netlist.json").read_text())
         packed_rams, packed_flops = pack_bram_output_registers(netlist)
         progress(f"{tag} {packed_rams} block RAMs took the register after them ({packed_flops} flip-flops)")
+        packed_dsps, packed_dsp_flops = pack_dsp_registers(netlist)
+        progress(f"{tag} {packed_dsps} DSP multipliers took the registers around them ({packed_dsp_flops} flip-flops)")
         if what_if is not None:
             changed = WHAT_IF[what_if](netlist)
             progress(f"{tag} what-if {what_if}: {changed} cells changed (the netlist is not functional)")
@@ -536,7 +628,7 @@ def estimate_ecp5(elaboratable, *, name: str, device: str = "85k",
             "versions": _versions(), "wall_s": wall,
             "what_if": what_if, "functional": what_if is None,
             "undefined_collision_read_ports": undefined_collisions,
-            "bram_output_registers": packed_rams,
+            "bram_output_registers": packed_rams, "dsp_registers": packed_dsps,
         }
         (tmp / "estimate.json").write_text(json.dumps(result, indent=1))
         for stdout in tmp.glob("*.stdout"):  # the -l logs hold everything
