@@ -58,6 +58,18 @@ def test_requantizer_at_other_accumulator_widths(acc_bits, multipliers):
     _check_requantizer(vectors, acc_bits, multipliers)
 
 
+@pytest.mark.parametrize("multipliers", REQUANTIZER_MULTIPLIERS)
+def test_requantizer_clamps_at_the_edges_of_its_narrow_sum(multipliers):
+    """The zero point and clamp work on the rounded value's low 9 bits when it fits them
+    (its sign alone picks the clamp when not): values on either side of those edges, and of
+    the clamps, with the extreme zero points. (Multiplier 2**30 and shift 30: the rounded
+    value is the accumulator itself.)"""
+    values = [-2 ** 20, -513, -512, -257, -256, -255, -129, -128, -1, 0, 127, 128, 254, 255, 256, 257, 511, 512, 2 ** 20]
+    vectors = [(a, 2 ** 30, 30, z, lo, hi) for a in values for z in (-128, -1, 0, 127)
+               for lo, hi in ((-128, 127), (-3, 5), (127, 127), (-128, -128))]
+    _check_requantizer(vectors, 32, multipliers)
+
+
 def _check_requantizer(vectors, acc_bits, multipliers):
     lanes = 2
 

@@ -7,7 +7,7 @@ Implements ``requantize_half_up`` of :mod:`pytorch_ref.ir.integer_semantics`, la
 with the exact 64-bit product and an arithmetic shift (round half towards +infinity).
 ReLU is the clamp's lower bound.
 """
-from amaranth import Const, Module, Signal, Value, signed, unsigned
+from amaranth import Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -58,6 +58,7 @@ class Requantizer(wiring.Component):
         if multipliers not in REQUANTIZER_MULTIPLIERS:
             raise ValueError(f"requantizer multipliers must be one of {REQUANTIZER_MULTIPLIERS}, not {multipliers!r}")
         self._lanes, self._acc_bits, self._multipliers = lanes, accumulator_bits, multipliers
+        self._data_bits = data_bits
         super().__init__({
             "i_valid": In(1),
             "i_acc": In(data.ArrayLayout(signed(accumulator_bits), lanes)),
@@ -82,14 +83,17 @@ class Requantizer(wiring.Component):
         acc = Signal.like(self.i_acc, name="acc", reset_less=True)
         p = Signal.like(self.i_params, name="params", reset_less=True)
         m.d.sync += [acc.eq(self.i_acc), p.eq(self.i_params)]
-        zero_point = delay_line(m, p.zero_point, self.LATENCY - 2, "zero_point")[-1]
-        clamp_min = delay_line(m, p.clamp_min, self.LATENCY - 2, "clamp_min")[-1]
-        clamp_max = delay_line(m, p.clamp_max, self.LATENCY - 2, "clamp_max")[-1]
+        # The op's zero point and clamps, a cycle before the last stage (each lane then
+        # registers its own copies: one register would drive every lane's adders).
+        zero_point_6 = delay_line(m, p.zero_point, self.LATENCY - 3, "zero_point")[-1]
+        clamp_min_6 = delay_line(m, p.clamp_min, self.LATENCY - 3, "clamp_min")[-1]
+        clamp_max_6 = delay_line(m, p.clamp_max, self.LATENCY - 3, "clamp_max")[-1]
         for lane in range(self._lanes):
             shift = delay_line(m, p.shift[lane], 4, f"shift{lane}")
             # 2-4: the exact product.
             if self._multipliers == "dsp":
-                product = self._dsp_product(m, acc[lane], p.multiplier[lane], lane, product_bits)
+                product = self._dsp_product(m, acc[lane], p.multiplier[lane], self.i_acc[lane],
+                                             self.i_params.multiplier[lane], lane, product_bits)
             else:
                 # The multiplier is never negative (the semantics' range): its low bits suffice.
                 product = pipelined_shift_add_product(
@@ -97,30 +101,60 @@ class Requantizer(wiring.Component):
                     stages=3, name=f"product{lane}")
             # 5: add 2**(shift-1), so that the shift rounds half up. (Wide enough for the
             # largest shift even when the product is narrower: a narrow accumulator.)
-            rounding = Signal(unsigned(rounding_bits), name=f"half{lane}")
-            m.d.comb += rounding.eq(Const(1, rounding_bits) << (shift[3] - 1)[:SHIFT_BITS])
+            # The constant is registered a stage ahead, from the shift alone: decoded in the
+            # adder's own stage it was the default design's critical path at 93.4 MHz.
+            rounding = Signal(unsigned(rounding_bits), name=f"half{lane}", reset_less=True)
+            m.d.sync += rounding.eq(Const(1, rounding_bits) << (shift[2] - 1)[:SHIFT_BITS])
             biased = Signal(signed(max(product_bits, rounding_bits) + 1), name=f"biased{lane}")
             m.d.sync += biased.eq(product + rounding)
             # 6: arithmetic shift.
             rounded = Signal(signed(product_bits), name=f"rounded{lane}")
             m.d.sync += rounded.eq(biased >> shift[4])
-            # 7: zero point and clamp (ReLU is the lower bound).
-            with_zp = Signal(signed(product_bits + 1), name=f"with_zp{lane}")
-            m.d.comb += with_zp.eq(rounded + zero_point)
+            # 7: zero point and clamp (ReLU is the lower bound), on the low bits only. With
+            # d = data_bits, a ``rounded`` outside d + 1 signed bits is beyond either clamp
+            # whatever the zero point: >= 2**d gives >= 2**d - 2**(d-1) > clamp_max, and
+            # < -2**d gives < -2**(d-1) <= clamp_min. So its sign alone picks the clamp,
+            # and the adder and comparisons are d + 2 bits wide instead of the product's
+            # (whose carry chains were the requantizer's critical path alone, 102 MHz).
+            # The clamps are compared before the zero point is added, with limits taken a
+            # stage ahead (``with_zp < clamp_min`` is ``narrow < clamp_min - zero_point``), so
+            # the adder and the comparisons are side by side, not one after the other.
+            narrow_bits = self._data_bits + 1
+            zero_point, clamp_min, clamp_max, low_limit, high_limit = (
+                Signal.like(value, name=f"{name}{lane}", reset_less=True) for value, name in (
+                    (zero_point_6, "zero_point"), (clamp_min_6, "clamp_min"), (clamp_max_6, "clamp_max"),
+                    (clamp_min_6 - zero_point_6, "low_limit"), (clamp_max_6 - zero_point_6, "high_limit")))
+            m.d.sync += [zero_point.eq(zero_point_6), clamp_min.eq(clamp_min_6), clamp_max.eq(clamp_max_6),
+                         low_limit.eq(clamp_min_6 - zero_point_6), high_limit.eq(clamp_max_6 - zero_point_6)]
+            high_bits = rounded[narrow_bits - 1:]
+            fits = Signal(name=f"fits{lane}")
+            m.d.comb += fits.eq((high_bits == 0) | (high_bits == (1 << len(high_bits)) - 1))
+            narrow = rounded[:narrow_bits].as_signed()
+            with_zp = Signal(signed(narrow_bits + 1), name=f"with_zp{lane}")
+            m.d.comb += with_zp.eq(narrow + zero_point)
+            below = Signal(name=f"below{lane}")
+            above = Signal(name=f"above{lane}")
+            m.d.comb += [below.eq(Mux(fits, narrow < low_limit, rounded[-1])),
+                         above.eq(Mux(fits, narrow > high_limit, ~rounded[-1]))]
             out = self.o_data[lane]
-            with m.If(with_zp < clamp_min):
+            with m.If(below):
                 m.d.sync += out.eq(clamp_min)
-            with m.Elif(with_zp > clamp_max):
+            with m.Elif(above):
                 m.d.sync += out.eq(clamp_max)
             with m.Else():
                 m.d.sync += out.eq(with_zp)
         return m
 
-    def _dsp_product(self, m, acc, multiplier, lane: int, product_bits: int):
+    def _dsp_product(self, m, acc, multiplier, acc_in, multiplier_in, lane: int, product_bits: int):
         """Stages 2-4 of ``acc * multiplier`` with one DSP multiplier: the 17 bits of the accumulator below its top
         ones (all of it when it fits 18 signed bits) times the multiplier's top 17 bits on the
         DSP (product registered twice), the rest as two pipelined shift-add trees, then the
-        sum of the three.
+        sum of the three. ``acc`` and ``multiplier`` are stage 1's registers, ``acc_in`` and
+        ``multiplier_in`` the inputs they take: the DSP's operands have registers of their
+        own, which drive nothing else (as the product's register), so that the estimate moves
+        them into the MULT18X18D (:func:`hdl.tools.fpga_estimate.pack_dsp_registers`; shared
+        with the logic trees, they left the DSP combinational, the requantizer's critical
+        path alone at 124 MHz).
 
         With ``acc = a_hi * 2**17 + a_lo`` (``a_lo`` unsigned) and the multiplier, never
         negative, ``m_hi * 2**k + m_lo`` (``m_hi`` 17 bits)::
@@ -134,11 +168,14 @@ class Requantizer(wiring.Component):
         m_hi, m_lo = multiplier[k:], multiplier[:k]
         wide = self._acc_bits > DSP_UNSIGNED_BITS + 1
         a_lo = acc[:DSP_UNSIGNED_BITS] if wide else acc
-        # The DSP: operands straight from the input registers, product registered, then again (its
-        # output register).
-        on_dsp = Signal(signed(len(a_lo) + len(m_hi) + 1), name=f"on_dsp{lane}")
-        m.d.sync += on_dsp.eq(a_lo * m_hi)
-        on_dsp2 = Signal.like(on_dsp, name=f"on_dsp{lane}_r")
+        # The DSP: its operands' registers, the product's, then one more in the fabric.
+        dsp_a = Signal(a_lo.shape(), name=f"dsp_a{lane}", reset_less=True)
+        dsp_b = Signal(m_hi.shape(), name=f"dsp_b{lane}", reset_less=True)
+        in_lo = Value.cast(acc_in)[:DSP_UNSIGNED_BITS] if wide else Value.cast(acc_in)
+        m.d.sync += [dsp_a.eq(in_lo), dsp_b.eq(Value.cast(multiplier_in)[:MULTIPLIER_BITS - 1][k:])]
+        on_dsp = Signal(signed(len(a_lo) + len(m_hi) + 1), name=f"on_dsp{lane}", reset_less=True)
+        m.d.sync += on_dsp.eq(dsp_a * dsp_b)
+        on_dsp2 = Signal.like(on_dsp, name=f"on_dsp{lane}_r", reset_less=True)
         m.d.sync += on_dsp2.eq(on_dsp)
         terms = [(on_dsp2, k)]
         # Logic: the rest, two stages each.
