@@ -19,6 +19,7 @@ from hdl.compiler.program import PoolOp
 from hdl.compiler.widths import Widths
 from hdl.gateware.activation_memory import BANKS, ActivationMemory, window_read_port, write_port
 from hdl.gateware.engine_busy import registered_busy
+from hdl.gateware.loop_end import end_flag
 from hdl.gateware.pipeline import delay_line, delayed
 from hdl.gateware.window import WindowAddress, window_layout, window_params
 from pytorch_ref.ir import integer_semantics as sem
@@ -102,27 +103,49 @@ class PoolEngine(wiring.Component):
         oy, ox, q, i, j = (Signal(w.coord, name=n) for n in ("oy", "ox", "q", "i", "j"))
         word = Signal(w.coord)                      # the read's first word in the pixel: q * words
         # Where the output word goes (word, first lane), and where its pixel starts.
-        out_addr, out_lane = Signal(w.act_addr), Signal(range(bank))
-        pix_addr, pix_lane = Signal(w.act_addr), Signal(range(bank))
+        out_addr, out_lane = Signal(w.act_addr, name="out_addr"), Signal(range(bank), name="out_lane")
+        pix_addr, pix_lane = Signal(w.act_addr, name="pix_addr"), Signal(range(bank), name="pix_lane")
         ibase, pix = Signal(w.pixel), Signal(w.pixel)   # image's first input pixel; output pixel
-        last_j = j + p.taps >= g.kw
-        last_tap = last_j & (i == g.kh - 1)
-        last_read = q == p.reads - 1
+        # Whether j is its row's last read (j + taps >= kw), a register computed for the
+        # next j; and each other loop's end, a register too (:func:`end_flag`): compared in
+        # the counters' own cycle, the ends and their carries were the unit's critical path.
+        last_j = Signal()
+        end_i, end_q, end_ox, end_oy, end_pix = (Signal(name=n) for n in (
+            "end_i", "end_q", "end_ox", "end_oy", "end_pix"))
+        last_tap = last_j & end_i
+        last_read = end_q
 
         # Counters, innermost first: tap (i, j), read q of the pixel's channels, pixel.
         next_read = running & last_tap
         next_pixel = next_read & last_read
         start = ~self.busy & self.start                     # ignored until the last write
+        # The last indices minus one, registered: the parameters hold still while an op
+        # runs (first compared a cycle after it starts).
+        i_before, q_before, ox_before, oy_before = (Signal(w.coord, name=n) for n in (
+            "i_before", "q_before", "ox_before", "oy_before"))
+        pix_before = Signal(w.pixel, name="pix_before")
+        m.d.sync += [i_before.eq(g.kh - 2), q_before.eq(p.reads - 2), ox_before.eq(g.out_w - 2),
+                     oy_before.eq(g.out_h - 2), pix_before.eq(p.pixels - 2)]
+        end_flag(m, end_i, i, i_before, g.kh == 1, reset=start | next_read, advance=running & last_j)
+        end_flag(m, end_q, q, q_before, p.reads == 1, reset=start | next_pixel, advance=next_read)
+        end_flag(m, end_ox, ox, ox_before, g.out_w == 1, reset=start | (next_pixel & end_ox), advance=next_pixel)
+        end_flag(m, end_oy, oy, oy_before, g.out_h == 1, reset=start | (next_pixel & end_ox & end_oy),
+                 advance=next_pixel & end_ox)
+        end_flag(m, end_pix, pix, pix_before, p.pixels == 1, reset=start, advance=next_pixel)
         with m.If(start):
             m.d.sync += [running.eq(1), oy.eq(0), ox.eq(0), q.eq(0), word.eq(0), i.eq(0), j.eq(0),
                          out_addr.eq(p.out_base), out_lane.eq(0), pix_addr.eq(p.out_base), pix_lane.eq(0),
-                         ibase.eq(0), pix.eq(0)]
+                         ibase.eq(0), pix.eq(0), last_j.eq(p.taps >= g.kw)]
         with m.If(running):
-            m.d.sync += j.eq(j + p.taps)
+            m.d.sync += [j.eq(j + p.taps), last_j.eq(j + 2 * p.taps >= g.kw)]
             with m.If(last_j):
-                m.d.sync += [j.eq(0), i.eq(i + 1)]
+                m.d.sync += [j.eq(0), i.eq(i + 1), last_j.eq(p.taps >= g.kw)]
             with m.If(last_tap):
                 m.d.sync += [i.eq(0), out_addr.eq(out_addr + p.words), q.eq(q + 1), word.eq(word + p.words)]
+        # out_words + 1, registered (the parameters hold still while an op runs), so that
+        # both next addresses below are one adder each, side by side.
+        out_words_1 = Signal(len(p.out_words) + 1, name="out_words_1")
+        m.d.sync += out_words_1.eq(p.out_words + 1)
         with m.If(next_pixel):
             # The next pixel starts out_words words and out_lanes lanes on.
             lane_sum = Signal(range(2 * bank))
@@ -130,15 +153,15 @@ class PoolEngine(wiring.Component):
             m.d.comb += [lane_sum.eq(pix_lane + p.out_lanes), next_addr.eq(pix_addr + p.out_words),
                          next_lane.eq(lane_sum)]
             with m.If(lane_sum >= bank):
-                m.d.comb += [next_addr.eq(pix_addr + p.out_words + 1), next_lane.eq(lane_sum - bank)]
+                m.d.comb += [next_addr.eq(pix_addr + out_words_1), next_lane.eq(lane_sum - bank)]
             m.d.sync += [pix_addr.eq(next_addr), pix_lane.eq(next_lane), out_addr.eq(next_addr),
                          out_lane.eq(next_lane)]
             m.d.sync += [q.eq(0), word.eq(0), pix.eq(pix + 1), ox.eq(ox + 1)]
-            with m.If(ox == g.out_w - 1):
+            with m.If(end_ox):
                 m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
-                with m.If(oy == g.out_h - 1):
+                with m.If(end_oy):
                     m.d.sync += [oy.eq(0), ibase.eq(ibase + g.in_pixels)]
-            with m.If(pix == p.pixels - 1):
+            with m.If(end_pix):
                 m.d.sync += running.eq(0)
 
         # Stage 0: the tap, registered; stages 1-3: its address (window pipeline).

@@ -24,8 +24,9 @@ from hdl.compiler.program import READ_WORDS, GemmOp
 from hdl.compiler.widths import Widths, bits_for
 from hdl.config import AcceleratorConfig
 from hdl.gateware.engine_busy import registered_busy
+from hdl.gateware.loop_end import end_flag
 from hdl.gateware.pipeline import delay_line, delayed
-from hdl.gateware.shift_add import shift_add_product
+from hdl.gateware.shift_add import pipelined_shift_add_product, shift_add_product
 from hdl.gateware.step import step_layout, step_stream
 from hdl.gateware.taps_on_rows_steps import TapsOnRowsSteps, taps_on_rows_layout, taps_on_rows_params
 from hdl.gateware.weight_memory import WEIGHT_BITS_SHAPE
@@ -139,36 +140,60 @@ class StepGenerator(wiring.Component):
         oy0, ox0, oy, ox = (Signal(w.coord, name=n) for n in ("oy0", "ox0", "oy", "ox"))
         ibase0, ibase = Signal(w.pixel, name="ibase0"), Signal(w.pixel, name="ibase")
 
-        # The block's length and the pixels left from its first on are registers, set when
-        # a block begins: the counters' enables then depend on comparisons of registers
-        # only, not on a subtraction, a minimum and a comparison in series (once the
-        # clock's critical path).
-        remaining = Signal(w.pixel)                        # p.pixels - m0
-        block_len, block_last = Signal(w.tile), Signal(w.tile)     # block_last = block_len - 1
+        # The block's length, and the pixels left after it, are registers set when a block
+        # begins, with every comparison the next block needs made then (see below).
+        block_len, left_after = Signal(w.tile), Signal(w.pixel)
 
-        def begin_block(pixels_left):
-            shorter = pixels_left < p.block
-            m.d.sync += [remaining.eq(pixels_left),
-                         block_len.eq(Mux(shorter, pixels_left, p.block)),
-                         block_last.eq(Mux(shorter, pixels_left - 1, p.block - 1))]
-
-        # The loops' last indices, registered: the parameters hold still while an op runs
-        # and are there a cycle before it starts.
-        ct_last, j_last, i_last, nt_last = (Signal(w.tile, name="ct_last"), Signal(w.coord, name="j_last"),
-                                            Signal(w.coord, name="i_last"), Signal(w.tile, name="nt_last"))
-        m.d.sync += [ct_last.eq(p.ct_count - 1), j_last.eq(p.taps_w - 1), i_last.eq(g.kh - 1),
+        # Each loop's end is a register, computed for the counter's next value (see
+        # :func:`hdl.gateware.loop_end.end_flag`): compared in the counters' own cycle, the ends, their carries
+        # and the counters' resets were seven levels of logic in series.
+        # The loops' last indices minus one, registered (the parameters hold still while an
+        # op runs: they are first compared a cycle after it starts), and whether a loop has
+        # one index (taken at the start itself, from the parameters).
+        ct_before, j_before, i_before, nt_last = (
+            Signal(w.tile, name="ct_before"), Signal(w.coord, name="j_before"),
+            Signal(w.coord, name="i_before"), Signal(w.tile, name="nt_last"))
+        m.d.sync += [ct_before.eq(p.ct_count - 2), j_before.eq(p.taps_w - 2), i_before.eq(g.kh - 2),
                      nt_last.eq(p.nt_count - 1)]
-        end_of_block = cnt == block_last
-        end_of_ct = ct == ct_last
-        end_of_j = j == j_last
-        end_of_k = end_of_ct & end_of_j & (i == i_last)
-        end_of_m = remaining == block_len
+        ct_single, j_single, i_single = p.ct_count == 1, p.taps_w == 1, g.kh == 1
+        block_before, block_single, last_block, short_after = Signal(w.tile), Signal(), Signal(), Signal()
+        end_of_block, end_of_ct, end_of_j, end_of_i = (Signal(name=n) for n in (
+            "end_of_block", "end_of_ct", "end_of_j", "end_of_i"))
+        end_of_k = end_of_ct & end_of_j & end_of_i
+        end_of_m = last_block
         # Carries: each level advances when every level inside it wraps.
         start = ~self.busy & self.start & ~p.taps_on_rows   # ignored until the last step has left
         next_pixel = running & ~end_of_block
         next_tap = running & end_of_block & ~end_of_k          # same block, next kt
         next_block = running & end_of_block & end_of_k & ~end_of_m
         next_tile = running & end_of_block & end_of_k & end_of_m
+
+        # A block begins: its length (``p.block``, or the pixels left if fewer), its last
+        # index minus one and whether it is 0 (one pixel: its end's flag from the start),
+        # whether it is the op's last, the pixels after it and whether they are fewer than
+        # ``p.block``. Both candidates, the op's first block and the one after this, are
+        # computed from registers and parameters alone; the carries only choose.
+        def block_from(left, shorter):
+            return {"len": Mux(shorter, left, p.block), "before": Mux(shorter, left - 2, p.block - 2),
+                    "single": Mux(shorter, left == 1, p.block == 1), "last": left <= p.block,
+                    "after": left - p.block, "short_after": left < 2 * p.block}
+        first, later = block_from(p.pixels, p.pixels < p.block), block_from(left_after, short_after)
+        begin, fresh = start | next_tile | next_block, start | next_tile
+        with m.If(begin):
+            m.d.sync += [register.eq(Mux(fresh, first[key], later[key])) for key, register in (
+                ("len", block_len), ("before", block_before), ("single", block_single), ("last", last_block),
+                ("after", left_after), ("short_after", short_after))]
+        with m.If(start | ~next_pixel):
+            m.d.sync += end_of_block.eq(Mux(begin, Mux(fresh, first["single"], later["single"]), block_single))
+        with m.Else():
+            m.d.sync += end_of_block.eq(cnt == block_before)
+
+        # The reduction's counters ct, j, i: reset, advanced or held (as below).
+        restart = start | next_block | next_tile
+        ct_wraps, j_wraps = next_tap & end_of_ct, next_tap & end_of_ct & end_of_j
+        end_flag(m, end_of_ct, ct, ct_before, ct_single, reset=restart | ct_wraps, advance=next_tap)
+        end_flag(m, end_of_j, j, j_before, j_single, reset=restart | j_wraps, advance=ct_wraps)
+        end_flag(m, end_of_i, i, i_before, i_single, reset=restart, advance=j_wraps)
 
         # Next raster position after (oy, ox), into the next image after the last row.
         next_oy, next_ox = Signal(w.coord), Signal(w.coord)
@@ -203,11 +228,6 @@ class StepGenerator(wiring.Component):
         self._word_and_group(m, ct_group, ct_word, self._in_groups, advance=next_tap & ~end_of_ct,
                              reset=start | next_block | next_tile | (next_tap & end_of_ct),
                              split_words=p.split_words)
-
-        with m.If(start | next_tile):
-            begin_block(p.pixels)
-        with m.Elif(next_block):
-            begin_block(remaining - block_len)
 
         # Pixels: the raster walk, restarted at the block's first pixel for every kt.
         with m.If(start | next_tile):
@@ -265,12 +285,14 @@ class StepGenerator(wiring.Component):
         m.d.comb += window.window.eq(p.window)
 
         # Stages 1 to WindowAddress.LATENCY: the input address (window pipeline), and the
-        # output's: element pixel * out_stride + nt * cols of the destination (stages 1, 2),
-        # its word and lane (3), the word from the base (4).
-        out_offset, out_element = Signal(w.act_element), Signal(w.act_element)
+        # output's: element pixel * out_stride (stages 1, 2: a product of two registers in
+        # one stage was the step generator's critical path) + nt * cols of the destination
+        # (3), its word and lane (4), the word from the base (5).
+        out_offset = pipelined_shift_add_product(m, s0_pixel, p.out_stride, w.act_element, stages=2,
+                                                 name="out_offset")
+        out_element = Signal(w.act_element)
         out_word, out_lane, out_addr = Signal(w.act_addr), Signal(range(self._cfg.bank_width)), Signal(w.act_addr)
-        m.d.sync += [out_offset.eq(shift_add_product(s0_pixel, p.out_stride, len(out_offset))),
-                     out_element.eq(out_offset + delayed(m, s0_nt_out, 1, "nt_out"))]
+        m.d.sync += out_element.eq(out_offset + delayed(m, s0_nt_out, 2, "nt_out"))
         word, lane = divmod_by_constant(m, out_element, self._cfg.bank_width)
         m.d.sync += [out_word.eq(word), out_lane.eq(lane), out_addr.eq(p.out_base + out_word)]
         valid = delay_line(m, s0_valid, WindowAddress.LATENCY, "valid")
@@ -279,8 +301,8 @@ class StepGenerator(wiring.Component):
             self.steps.payload.eq(delayed(m, s0, WindowAddress.LATENCY, "s")),
             self.steps.payload.act_addr.eq(window.addr),
             self.steps.payload.pad.eq(window.pad),
-            self.steps.payload.out_addr.eq(delayed(m, out_addr, WindowAddress.LATENCY - 4, "out_addr")),
-            self.steps.payload.out_lane.eq(delayed(m, out_lane, WindowAddress.LATENCY - 3, "out_lane")),
+            self.steps.payload.out_addr.eq(delayed(m, out_addr, WindowAddress.LATENCY - 5, "out_addr")),
+            self.steps.payload.out_lane.eq(delayed(m, out_lane, WindowAddress.LATENCY - 4, "out_lane")),
             self.steps.payload.out_count.eq(delayed(m, s0_count, WindowAddress.LATENCY, "out_count")),
         ]
         if self._folding:

@@ -49,15 +49,16 @@ def tap_layout(w: Widths) -> data.StructLayout:
 class WindowAddress(wiring.Component):
     """The input address of a tap, :attr:`LATENCY` cycles after the tap.
 
-    Every multiplication (a shift-add tree: :mod:`hdl.gateware.shift_add`) has a stage of
-    its own with a registered result (the products' low bits are all that the sums keep,
-    so truncating them to the sums' widths changes nothing):
+    Every multiplication (a shift-add tree: :mod:`hdl.gateware.shift_add`) has two stages
+    of its own, its adder tree cut in two (in one stage, a product of two registers was the
+    window's critical path), with a registered result (the products' low bits are all that
+    the sums keep, so truncating them to the sums' widths changes nothing):
 
-    1. ``oy * sh``, ``ox * sw``; 2. the input coordinates and the padding test;
-    3. ``iy * in_w``; 4. the pixel index; 5. ``pixel * in_cw``; 6. the memory address
-    (0 for padding; the reader replaces that data); 7-9. registers only, so that
+    1-2. ``oy * sh``, ``ox * sw``; 3. the input coordinates and the padding test;
+    4-5. ``iy * in_w``; 6. the pixel index; 7-8. ``pixel * in_cw``; 9. the memory address
+    (0 for padding; the reader replaces that data); 10-12. registers only, so that
     :class:`FoldedWindowAddress` (whose word and lane take a division by the bank
-    width over stages 7 to 9) has the same latency.
+    width over stages 10 and 11) has the same latency.
 
     Members
     -------
@@ -65,7 +66,7 @@ class WindowAddress(wiring.Component):
     tap: In, one tap a cycle.
     addr, pad: Out, registered, for the tap of ``LATENCY`` cycles ago.
     """
-    LATENCY = 9
+    LATENCY = 12
 
     def __init__(self, widths: Widths):
         self._w = widths
@@ -81,43 +82,39 @@ class WindowAddress(wiring.Component):
         w, g, tap = self._w, self.window, self.tap
         coord_s = signed(w.coord + 1)
 
-        s1 = _window_products(m, w, g, tap)
-        s1_i, s1_j, s1_base, s1_word = (delayed(m, v, 1, n) for v, n in (
-            (tap.i, "s1_i"), (tap.j, "s1_j"), (tap.image_base, "s1_base"), (tap.word, "s1_word")))
+        s2 = _window_products(m, w, g, tap)
+        s2_i, s2_j, s2_base, s2_word = (delayed(m, v, 2, n) for v, n in (
+            (tap.i, "s2_i"), (tap.j, "s2_j"), (tap.image_base, "s2_base"), (tap.word, "s2_word")))
 
         iy, ix = Signal(coord_s), Signal(coord_s)
-        m.d.comb += [iy.eq(s1.oy_sh + s1_i - g.ph), ix.eq(s1.ox_sw + s1_j - g.pw)]
-        s2_iy, s2_ix, s2_pad = Signal(coord_s), Signal(coord_s), Signal()
-        m.d.sync += [s2_iy.eq(iy), s2_ix.eq(ix),
-                     s2_pad.eq((iy < 0) | (iy >= g.in_h) | (ix < 0) | (ix >= g.in_w))]
-        s2_base, s2_word = delayed(m, s1_base, 1, "s2_base"), delayed(m, s1_word, 1, "s2_word")
+        m.d.comb += [iy.eq(s2.oy_sh + s2_i - g.ph), ix.eq(s2.ox_sw + s2_j - g.pw)]
+        s3_iy, s3_ix, s3_pad = Signal(coord_s), Signal(coord_s), Signal()
+        m.d.sync += [s3_iy.eq(iy), s3_ix.eq(ix),
+                     s3_pad.eq((iy < 0) | (iy >= g.in_h) | (ix < 0) | (ix >= g.in_w))]
 
-        s3_row = Signal(signed(w.pixel + 1))
-        m.d.sync += s3_row.eq(shift_add_product(s2_iy, g.in_w, len(s3_row)))
-        s3_ix, s3_base = delayed(m, s2_ix, 1, "s3_ix"), delayed(m, s2_base, 1, "s3_base")
+        s5_row = pipelined_shift_add_product(m, s3_iy, g.in_w, w.pixel + 1, stages=2, name="s5_row")
+        s5_ix, s5_base = delayed(m, s3_ix, 2, "s5_ix"), delayed(m, s2_base, 3, "s5_base")
 
-        s4_pixel = Signal(w.pixel)
-        m.d.sync += s4_pixel.eq(s3_base + s3_row + s3_ix)
+        s6_pixel = Signal(w.pixel)
+        m.d.sync += s6_pixel.eq(s5_base + s5_row + s5_ix)
 
-        s5_offset = Signal(w.act_addr)
-        m.d.sync += s5_offset.eq(shift_add_product(s4_pixel, g.in_cw, len(s5_offset)))
-        word = delayed(m, s2_word, 3, "s5_word")
-        pad = delayed(m, s2_pad, 3, "s5_pad")
+        s8_offset = pipelined_shift_add_product(m, s6_pixel, g.in_cw, w.act_addr, stages=2, name="s8_offset")
+        word = delayed(m, s2_word, 6, "s8_word")
+        pad = delayed(m, s3_pad, 5, "s8_pad")
 
-        s6_addr, s6_pad = Signal(w.act_addr), Signal()
-        m.d.sync += [s6_addr.eq(Mux(pad, 0, g.in_base + s5_offset + word)), s6_pad.eq(pad)]
-        m.d.comb += [self.addr.eq(delayed(m, s6_addr, self.LATENCY - 6, "addr")),
-                     self.pad.eq(delayed(m, s6_pad, self.LATENCY - 6, "pad"))]
+        s9_addr, s9_pad = Signal(w.act_addr), Signal()
+        m.d.sync += [s9_addr.eq(Mux(pad, 0, g.in_base + s8_offset + word)), s9_pad.eq(pad)]
+        m.d.comb += [self.addr.eq(delayed(m, s9_addr, self.LATENCY - 9, "addr")),
+                     self.pad.eq(delayed(m, s9_pad, self.LATENCY - 9, "pad"))]
         return m
 
 
 def _window_products(m: Module, w: Widths, g, tap):
-    """Stage 1 of both window pipelines: ``oy * sh`` and ``ox * sw``, registered."""
-    coord_s = signed(w.coord + 1)
-    oy_sh, ox_sw = Signal(coord_s, name="oy_sh"), Signal(coord_s, name="ox_sw")
-    m.d.sync += [oy_sh.eq(shift_add_product(tap.oy, g.sh, len(oy_sh))),
-                 ox_sw.eq(shift_add_product(tap.ox, g.sw, len(ox_sw)))]
-    return SimpleNamespace(oy_sh=oy_sh, ox_sw=ox_sw)
+    """Stages 1 and 2 of both window pipelines: ``oy * sh`` and ``ox * sw``, registered."""
+    width = w.coord + 1
+    return SimpleNamespace(
+        oy_sh=pipelined_shift_add_product(m, tap.oy, g.sh, width, stages=2, name="oy_sh").as_signed(),
+        ox_sw=pipelined_shift_add_product(m, tap.ox, g.sw, width, stages=2, name="ox_sw").as_signed())
 
 
 class FoldedWindowAddress(wiring.Component):
@@ -149,55 +146,54 @@ class FoldedWindowAddress(wiring.Component):
         lane_bits = (bank - 1).bit_length()
         coord_s = signed(w.coord + 1)
         elem_s = signed(w.act_addr + lane_bits + 2)
-        # The stages follow WindowAddress's: a multiplication a stage, its result registered.
+        # The stages follow WindowAddress's: a multiplication two stages, its result registered.
 
-        # Stage 1: oy * sh, ox * sw; the tile's offset in the kernel row.
-        s1 = _window_products(m, w, g, tap)
+        # Stages 1-2: oy * sh, ox * sw; the tile's offset in the kernel row.
+        s2 = _window_products(m, w, g, tap)
         s1_off = Signal(elem_s)
         m.d.sync += s1_off.eq(shift_add_product(tap.j, rows, len(s1_off)))
-        s1_i, s1_base = delayed(m, tap.i, 1, "s1_i"), delayed(m, tap.image_base, 1, "s1_base")
+        s2_i, s2_base = delayed(m, tap.i, 2, "s2_i"), delayed(m, tap.image_base, 2, "s2_base")
 
-        # Stage 2: the kernel row's input row and first column, and the padding around it.
+        # Stage 3: the kernel row's input row and first column, and the padding around it.
         iy, ix0 = Signal(coord_s), Signal(coord_s)
-        m.d.comb += [iy.eq(s1.oy_sh + s1_i - g.ph), ix0.eq(s1.ox_sw - g.pw)]
-        s2_iy, s2_ix0, s2_pad = Signal(coord_s), Signal(coord_s), Signal()
-        s2_left, s2_right = Signal(coord_s), Signal(coord_s)         # taps [left, right) are inside
-        m.d.sync += [s2_iy.eq(iy), s2_ix0.eq(ix0), s2_pad.eq((iy < 0) | (iy >= g.in_h)),
-                     s2_left.eq(Mux(ix0 < 0, -ix0, 0)),
-                     s2_right.eq(Mux(g.in_w - ix0 < g.kw, g.in_w - ix0, g.kw))]
-        s2_base, s2_off = delayed(m, s1_base, 1, "s2_base"), delayed(m, s1_off, 1, "s2_off")
+        m.d.comb += [iy.eq(s2.oy_sh + s2_i - g.ph), ix0.eq(s2.ox_sw - g.pw)]
+        s3_iy, s3_ix0, s3_pad = Signal(coord_s), Signal(coord_s), Signal()
+        s3_left, s3_right = Signal(coord_s), Signal(coord_s)         # taps [left, right) are inside
+        m.d.sync += [s3_iy.eq(iy), s3_ix0.eq(ix0), s3_pad.eq((iy < 0) | (iy >= g.in_h)),
+                     s3_left.eq(Mux(ix0 < 0, -ix0, 0)),
+                     s3_right.eq(Mux(g.in_w - ix0 < g.kw, g.in_w - ix0, g.kw))]
+        s3_base, s3_off = delayed(m, s2_base, 1, "s3_base"), delayed(m, s1_off, 2, "s3_off")
 
-        # Stage 3: iy * in_w, and the inside taps' extent in elements.
-        s3_row = Signal(signed(w.pixel + 1))
-        s3_left, s3_right = Signal(elem_s), Signal(elem_s)
-        m.d.sync += [s3_row.eq(shift_add_product(s2_iy, g.in_w, len(s3_row))),
-                     s3_left.eq(shift_add_product(s2_left, g.in_cw, len(s3_left))),
-                     s3_right.eq(shift_add_product(s2_right, g.in_cw, len(s3_right)))]
-        s3_ix0, s3_base, s3_off = (delayed(m, v, 1, n) for v, n in (
-            (s2_ix0, "s3_ix0"), (s2_base, "s3_base"), (s2_off, "s3_off")))
+        # Stages 4-5: iy * in_w, and the inside taps' extent in elements.
+        s5_row = pipelined_shift_add_product(m, s3_iy, g.in_w, w.pixel + 1, stages=2, name="s5_row")
+        s5_left, s5_right = (pipelined_shift_add_product(m, v, g.in_cw, elem_s.width, stages=2, name=n)
+                             for v, n in ((s3_left, "s5_left"), (s3_right, "s5_right")))
+        s5_ix0, s5_base, s5_off = (delayed(m, v, 2, n) for v, n in (
+            (s3_ix0, "s5_ix0"), (s3_base, "s5_base"), (s3_off, "s5_off")))
 
-        # Stage 4: the row's first pixel, and the inside taps as tile rows.
-        s4_pixel, s4_lo, s4_hi = Signal(signed(w.pixel + 1)), Signal(elem_s), Signal(elem_s)
-        m.d.sync += [s4_pixel.eq(s3_base + s3_row + s3_ix0), s4_lo.eq(s3_left - s3_off),
-                     s4_hi.eq(s3_right - s3_off)]
-        s4_off = delayed(m, s3_off, 1, "s4_off")
+        # Stage 6: the row's first pixel, and the inside taps as tile rows.
+        s6_pixel, s6_lo, s6_hi = Signal(signed(w.pixel + 1)), Signal(elem_s), Signal(elem_s)
+        m.d.sync += [s6_pixel.eq(s5_base + s5_row + s5_ix0), s6_lo.eq(s5_left - s5_off),
+                     s6_hi.eq(s5_right - s5_off)]
+        s6_off = delayed(m, s5_off, 1, "s6_off")
 
-        # Stage 5: pixel * in_cw; the tensor's first element plus the tile's offset.
-        s5_elements, s5_start = Signal(elem_s), Signal(elem_s)
-        m.d.sync += [s5_elements.eq(shift_add_product(s4_pixel, g.in_cw, len(s5_elements))),
-                     s5_start.eq(shift_add_product(g.in_base, bank, len(s5_start)) + s4_off)]
+        # Stages 7-8: pixel * in_cw; the tensor's first element plus the tile's offset.
+        s8_elements = pipelined_shift_add_product(m, s6_pixel, g.in_cw, elem_s.width, stages=2, name="s8_elements")
+        s7_start = Signal(elem_s)
+        m.d.sync += s7_start.eq(shift_add_product(g.in_base, bank, len(s7_start)) + s6_off)
+        s8_start = delayed(m, s7_start, 1, "s8_start")
 
-        # Stage 6: the element. (The guard words before a packed tensor keep the element of
+        # Stage 9: the element. (The guard words before a packed tensor keep the element of
         # an inside kernel row positive.)
-        s6_element = Signal(elem_s)
-        m.d.sync += s6_element.eq(s5_elements + s5_start)
+        s9_element = Signal(elem_s)
+        m.d.sync += s9_element.eq(s8_elements + s8_start)
 
-        # Stages 7-8: the element as word and lane (a division by the bank width);
-        # stage 9: registered, the bounds clamped to the rows.
-        split = self.LATENCY - 7
-        word, lane = divmod_by_constant(m, s6_element.as_unsigned()[:len(s6_element) - 1], bank, stages=split)
-        pad = delayed(m, s2_pad, self.LATENCY - 3, "pad")
-        lo, hi = (delayed(m, v, self.LATENCY - 5, n) for v, n in ((s4_lo, "lo"), (s4_hi, "hi")))
+        # Stages 10-11: the element as word and lane (a division by the bank width);
+        # stage 12: registered, the bounds clamped to the rows.
+        split = self.LATENCY - 10
+        word, lane = divmod_by_constant(m, s9_element.as_unsigned()[:len(s9_element) - 1], bank, stages=split)
+        pad = delayed(m, s3_pad, self.LATENCY - 4, "pad")
+        lo, hi = (delayed(m, v, self.LATENCY - 7, n) for v, n in ((s6_lo, "lo"), (s6_hi, "hi")))
         m.d.sync += [self.addr.eq(Mux(pad, 0, word)), self.lane.eq(lane), self.pad.eq(pad)]
         for bound, value in ((self.row_lo, lo), (self.row_hi, hi)):
             m.d.sync += bound.eq(Mux(value < 0, 0, Mux(value > rows, rows, value)))
