@@ -6,7 +6,6 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.compiler.program import TensorPlacement
-from hdl.compiler.widths import bits_for
 from hdl.gateware.activation_memory import write_port
 
 
@@ -43,44 +42,46 @@ class InputLoader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         words, wpb, word_bits, per_write = self._input.words, self._wpb, self._word_bits, self._write_words
+        # The schedule is fixed by the sizes: every beat but the last holds ``wpb`` words,
+        # written ``per_write`` a cycle over ``beat_cycles`` cycles, the last fewer. Each
+        # write's word count and the input's last write are therefore known from the
+        # beat's cycles left and whether it is the last beat, registers both: no count of
+        # words left, compared and subtracted in the write's own cycle (once the loader's
+        # critical path).
+        n_beats, beat_cycles = math.ceil(words / wpb), math.ceil(wpb / per_write)
+        final_words = words - (n_beats - 1) * wpb
+        final_cycles = math.ceil(final_words / per_write)
+        beat_last_count = wpb - (beat_cycles - 1) * per_write           # in a beat's last write
+        final_last_count = final_words - (final_cycles - 1) * per_write  # in the input's last
+        final_write_at = beat_cycles - final_cycles + 1                  # its cycles left then
         armed = Signal(init=1)
         beat = Signal.like(self.beats.payload)
-        beat_words_left = Signal(range(wpb + 1))
         addr = Signal.like(self.write.payload.addr, init=self._input.base)
-        words_left = Signal(bits_for(words) + 1, init=words)
-        # ``beats.ready`` comes from registers only (it leaves the chip): the write cycles
-        # left of the beat (every beat but the input's last takes ``beat_cycles``), and
-        # whether the beat holds the input's last word.
-        n_beats, beat_cycles = math.ceil(words / wpb), math.ceil(wpb / per_write)
         beats_left = Signal(range(n_beats + 1), init=n_beats)
-        cycles_left = Signal(range(beat_cycles + 1))
-        final_beat = Signal()
+        cycles_left = Signal(range(beat_cycles + 1))            # write cycles left of the beat
+        final_beat = Signal()                                    # the beat holds the input's last word
 
-        # This cycle's words: up to per_write, no more than the beat and the input have left.
+        last_write = final_beat & (cycles_left == final_write_at)
         count = Signal(range(per_write + 1))
-        m.d.comb += count.eq(per_write)
-        with m.If((beat_words_left < per_write) & (beat_words_left <= words_left)):
-            m.d.comb += count.eq(beat_words_left)
-        with m.Elif(words_left < per_write):
-            m.d.comb += count.eq(words_left)
-        m.d.comb += [self.write.valid.eq(beat_words_left != 0), self.write.payload.addr.eq(addr),
+        m.d.comb += count.eq(Mux(last_write, final_last_count, Mux(cycles_left == 1, beat_last_count, per_write)))
+        m.d.comb += [self.write.valid.eq(cycles_left != 0), self.write.payload.addr.eq(addr),
                      self.write.payload.data.eq(beat[:word_bits * per_write])]
         for k in range(per_write):
             m.d.comb += self.write.payload.lanes[k * self._lanes:(k + 1) * self._lanes].eq(
                 Mux(k < count, (1 << self._lanes) - 1, 0))
         with m.If(self.write.valid):
-            m.d.sync += [beat.eq(beat >> (word_bits * per_write)), beat_words_left.eq(beat_words_left - count),
-                         addr.eq(addr + count), words_left.eq(words_left - count), cycles_left.eq(cycles_left - 1)]
-            with m.If(words_left == count):
+            m.d.sync += [beat.eq(beat >> (word_bits * per_write)), addr.eq(addr + count),
+                         cycles_left.eq(cycles_left - 1)]
+            with m.If(last_write):
                 # The rest of the last beat is padding.
                 m.d.comb += self.done.eq(1)
-                m.d.sync += [beat_words_left.eq(0), armed.eq(0), addr.eq(self._input.base),
-                             words_left.eq(words), beats_left.eq(n_beats), cycles_left.eq(0)]
-        # The next beat enters as this one's last word leaves (not after the input's last).
+                m.d.sync += [armed.eq(0), addr.eq(self._input.base), beats_left.eq(n_beats), cycles_left.eq(0)]
+        # ``beats.ready`` comes from registers only (it leaves the chip). The next beat
+        # enters as this one's last word leaves (not after the input's last).
         m.d.comb += [self.beats.ready.eq(armed & ((cycles_left == 0) | ((cycles_left == 1) & ~final_beat))),
-                     self.idle.eq(armed & (beat_words_left == 0) & (words_left == words))]
+                     self.idle.eq(armed & (cycles_left == 0) & (beats_left == n_beats))]
         with m.If(self.beats.valid & self.beats.ready):
-            m.d.sync += [beat.eq(self.beats.payload), beat_words_left.eq(wpb), cycles_left.eq(beat_cycles),
+            m.d.sync += [beat.eq(self.beats.payload), cycles_left.eq(beat_cycles),
                          beats_left.eq(beats_left - 1), final_beat.eq(beats_left == 1)]
             m.d.comb += self.first_beat.eq(beats_left == n_beats)
         with m.If(self.rearm):
