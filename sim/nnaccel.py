@@ -2,7 +2,7 @@
 
   nnaccel compile MODEL --calibration DATA -o FOLDER [--rows R --cols C ...]
   nnaccel sim FOLDER [--simulator verilator|icarus|ghdl]
-  nnaccel estimate FOLDER [--seed N] [--what-if bram-output-registers]
+  nnaccel estimate FOLDER [--seed N] [--what-if bram-output-registers] [--units [NAMES]]
   nnaccel weights FOLDER MODEL --calibration DATA -o IMAGE.bin   (--runtime-weights designs)
 
 MODEL is a ``torch.export`` program file (``.pt2``, from ``torch.export.save``), a
@@ -291,6 +291,8 @@ def estimate_design(args) -> int:
     from hdl.gateware.top import NeuralNetworkAccelerator
     from hdl.tools.fpga_estimate import estimate_ecp5, format_estimate
     design, program, _, _ = load_design(args.folder)
+    if args.units is not None:
+        return _estimate_units(args, program)
     if args.axi:
         top, name = NeuralNetworkAcceleratorAxi(program, design["input_tdata_bits"], design["output_tdata_bits"]), \
             "neural_network_accelerator_axi"
@@ -304,6 +306,23 @@ def estimate_design(args) -> int:
     except (RuntimeError, ValueError) as error:
         raise UserError(str(error).splitlines()[0]) from None
     print(format_estimate(result))
+    return 0
+
+
+def _estimate_units(args, program) -> int:
+    """``estimate --units``: each unit placed alone, in FOLDER/ecp5-units/."""
+    from hdl.gateware.top import NeuralNetworkAccelerator
+    from hdl.tools.unit_estimate import estimate_units, format_unit_table
+    if args.axi or args.what_if is not None:
+        raise UserError("--units places the accelerator's own units: it takes neither --axi nor --what-if")
+    top = NeuralNetworkAccelerator(program)
+    names = None if args.units == "all" else [name for name in args.units.split(",") if name]
+    try:
+        results = estimate_units(top, Path(args.folder) / "ecp5-units", names, seed=args.seed,
+                                 timeout_s=args.timeout)
+    except (RuntimeError, ValueError) as error:
+        raise UserError(str(error).splitlines()[0]) from None
+    print(format_unit_table(results))
     return 0
 
 
@@ -371,6 +390,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default="85k", help="nextpnr-ecp5 device: 25k, 45k, 85k, ... (default 85k)")
     e.add_argument("--timeout", type=float, default=None, help="seconds per tool")
     e.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
+    e.add_argument("--units", nargs="?", const="all", metavar="NAMES",
+                   help="place each unit alone (all, or NAMES: comma-separated, e.g. steps,gemm.requantizer); "
+                        "a table, slowest first, and results in FOLDER/ecp5-units/")
     e.add_argument("--what-if", choices=WHAT_IF, default=None,
                    help="a timing experiment on a netlist that is then not functional (bram-output-registers: "
                         "every DP16KD's output register on); results in FOLDER/ecp5-what-if-<experiment>/")

@@ -279,6 +279,27 @@ def test_exported_average_pooling(tmp_path):
     assert torch.equal(load_torchscript(tmp_path / "s.pt")(x), scripted(x))
 
 
+def test_estimate_units_places_each_unit_alone(compiled, capsys):
+    """``estimate --units``: the named units, each alone (seconds for these three; the
+    loader's signature has a constant member, which is no port), in a table slowest
+    first, each with its own result folder; unknown names and options refused."""
+    assert main(["estimate", str(compiled), "--units", "sequencer,ops,loader"]) == 0
+    out = capsys.readouterr().out
+    header, *rows = out.strip().splitlines()[-4:]
+    assert header.split()[:3] == ["unit", "Fmax", "MHz"]
+    assert sorted(row.split()[0] for row in rows) == ["loader", "ops", "sequencer"]
+    assert rows[-1].split()[:2] == ["ops", "-"]                # no path from register to register
+    fmax = [float(row.split()[1]) for row in rows[:-1]]
+    assert fmax == sorted(fmax)
+    for row in rows[:-1]:
+        unit = json.loads((compiled / "ecp5-units" / row.split()[0] / "estimate.json").read_text())
+        assert f"{unit['fmax_mhz']:.1f}" == row.split()[1] and unit["ff"] > 0
+    err = _error(capsys, ["estimate", str(compiled), "--units", "sequencer,nope"])
+    assert "no unit named 'nope'; the units are pool, activations, loader, ops, steps, gemm.weights, " in err
+    assert "--units places the accelerator's own units: it takes neither --axi nor --what-if" in _error(
+        capsys, ["estimate", str(compiled), "--units", "--axi"])
+
+
 @pytest.mark.slow
 def test_estimate_places_and_routes_the_compiled_design(compiled, capsys):
     """``nnaccel estimate`` on the 4x4 design: Yosys and nextpnr for an ECP5-85F (minutes)."""

@@ -183,10 +183,26 @@ class GemmEngine(wiring.Component):
         port = mem.write_port()
         m.d.comb += [port.en.eq(load.en), port.addr.eq(load.addr), port.data.eq(load.data)]
 
+    def units(self) -> dict:
+        """The engine's components, new instances, by submodule name (the weight memory,
+        the array and the requantizer; :mod:`hdl.tools.unit_estimate` places each alone)."""
+        cfg, prog, w = self._cfg, self._program, self._w
+        tag_layout = data.StructLayout({"addr": unsigned(w.act_addr), "lane": range(cfg.bank_width),
+                                        "count": range(cfg.cols + 1)})
+        return {
+            "weights": WeightMemory(prog.weight_words, w.weight_addr, prog.weight_formats,
+                                    writable=cfg.runtime_weights),
+            "array": SystolicArray(cfg.rows, cfg.cols, cfg.data_bits, cfg.accumulator_bits,
+                                   lane_inputs=bool(self._taps or self._splits)),
+            "requantizer": Requantizer(cfg.cols, self.requantizer_accumulator_bits(prog), cfg.data_bits, tag_layout,
+                                       cfg.requantizer_multipliers),
+        }
+
     def elaborate(self, platform):
         m = Module()
         cfg, prog, w = self._cfg, self._program, self._w
         rows, cols, bits = cfg.rows, cfg.cols, cfg.data_bits
+        units = self.units()
         # The step with its valid bit, carried down the pipeline as one value.
         layout = step_layout(w, cfg)
         step = Signal(data.StructLayout({"valid": 1, **layout.members}))
@@ -234,15 +250,13 @@ class GemmEngine(wiring.Component):
         # Weights: diagonal d's weight must be there when the vector reaches PE (r, c),
         # d = r + c cycles after it entered the array at t + INPUT_LATENCY.
         runtime = cfg.runtime_weights
-        m.submodules.weights = weights = WeightMemory(prog.weight_words, w.weight_addr, prog.weight_formats,
-                                                      writable=runtime)
+        m.submodules.weights = weights = units["weights"]
         if runtime:
             wiring.connect(m, wiring.flipped(self.load_weights), weights.load)
         m.d.comb += [weights.addr.eq(delayed(m, step.w_addr, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_addr")),
                      weights.bits.eq(delayed(m, step.w_bits, self.INPUT_LATENCY - WeightMemory.LATENCY, "w_bits"))]
 
-        m.submodules.array = array = SystolicArray(rows, cols, bits, cfg.accumulator_bits,
-                                                   lane_inputs=bool(self._taps or self._splits))
+        m.submodules.array = array = units["array"]
         m.d.comb += [array.x.eq(x_reg), array.weights.eq(weights.weights)]
 
         # Accumulate at the array's output. The accumulator and bias block RAMs are read three
@@ -309,16 +323,14 @@ class GemmEngine(wiring.Component):
         requant_near, requant_params = Signal.like(requant_rd.data, reset_less=True), Signal.like(requant_rd.data)
         m.d.sync += [requant_near.eq(requant_rd.data), requant_params.eq(requant_near)]
 
-        tag_layout = data.StructLayout({"addr": unsigned(w.act_addr), "lane": range(cfg.bank_width),
-                                        "count": range(cols + 1)})
-        rq_bits = self.requantizer_accumulator_bits(prog)
-        m.submodules.requantizer = rq = Requantizer(cols, rq_bits, bits, tag_layout, cfg.requantizer_multipliers)
+        m.submodules.requantizer = rq = units["requantizer"]
         acc_out = Signal.like(total)
-        tag = Signal(tag_layout)
+        tag = Signal.like(rq.i_tag)
         valid = Signal()
         m.d.sync += [acc_out.eq(total), tag.addr.eq(ctrl.out_addr), tag.lane.eq(ctrl.out_lane),
                      tag.count.eq(ctrl.out_count),
                      valid.eq(ctrl.valid & ctrl.last)]
+        rq_bits = self.requantizer_accumulator_bits(prog)
         sums = Signal(data.ArrayLayout(signed(rq_bits), cols))
         m.d.comb += [sums[c].eq(acc_out[c][:rq_bits]) for c in range(cols)]      # the rest is sign
         if self._splits:

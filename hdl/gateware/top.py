@@ -84,30 +84,42 @@ class NeuralNetworkAccelerator(wiring.Component):
     def program(self) -> Program:
         return self._program
 
-    def elaborate(self, platform):
-        m = Module()
+    def units(self) -> dict:
+        """The design's components, new instances, by submodule name (what ``elaborate``
+        connects; :mod:`hdl.tools.unit_estimate` places each alone)."""
         prog, cfg, w = self._program, self._cfg, self._widths
         lanes, bits = cfg.bank_width, cfg.data_bits
+        load_words = min(BANKS, prog.words_per_beat)
+        pool_ops = [op for op in prog.ops if isinstance(op, PoolOp)]
+        pool_words = max([1] + [op.read_words for op in pool_ops])
+        gemm = GemmEngine(prog, w)
+        return {
+            "pool": PoolEngine.for_ops(w, lanes, bits, pool_ops),
+            "activations": ActivationMemory(prog.activation_words, w.act_addr, lanes, bits, load_words, pool_words,
+                                            GemmEngine.write_words_for(prog), GemmEngine.read_words_for(prog)),
+            "loader": InputLoader(prog.input, prog.words_per_beat, cfg.input_bus_bits, w.act_addr, lanes, bits,
+                                  load_words),
+            "ops": OpTable(prog, w),
+            "steps": StepGenerator(w, cfg, folding=any(op.folded for op in prog.gemm_ops),
+                                   taps_on_rows=any(op.tap_tiles for op in prog.gemm_ops)),
+            "gemm": gemm,
+            "output": OutputUnit(prog, w),
+            "sequencer": Sequencer(len(prog.ops), gemm.write_latency),
+            "perf": PerfCounters(len(prog.ops) + 2, PERF_BITS),
+        }
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._cfg
 
         m.domains.sync = ClockDomain("sync")
         m.d.comb += [ClockSignal("sync").eq(self.clk), ResetSignal("sync").eq(self.reset)]
 
-        load_words = min(BANKS, prog.words_per_beat)
-        pool_ops = [op for op in prog.ops if isinstance(op, PoolOp)]
-        m.submodules.pool = pool = PoolEngine.for_ops(w, lanes, bits, pool_ops)
-        pool_words = max([1] + [op.read_words for op in pool_ops])
-        m.submodules.activations = act = ActivationMemory(prog.activation_words, w.act_addr, lanes, bits,
-                                                          load_words, pool_words, GemmEngine.write_words_for(prog),
-                                                          GemmEngine.read_words_for(prog))
-        m.submodules.loader = loader = InputLoader(prog.input, prog.words_per_beat, cfg.input_bus_bits,
-                                                   w.act_addr, lanes, bits, load_words)
-        m.submodules.ops = ops = OpTable(prog, w)
-        m.submodules.steps = steps = StepGenerator(w, cfg, folding=any(op.folded for op in prog.gemm_ops),
-                                                   taps_on_rows=any(op.tap_tiles for op in prog.gemm_ops))
-        m.submodules.gemm = gemm = GemmEngine(prog, w)
-        m.submodules.output = output = OutputUnit(prog, w)
-        m.submodules.sequencer = seq = Sequencer(len(prog.ops), gemm.write_latency)
-        m.submodules.perf = perf = PerfCounters(len(prog.ops) + 2, PERF_BITS)
+        units = self.units()
+        for name, unit in units.items():
+            m.submodules[name] = unit
+        pool, act, loader, ops, steps, gemm, output, seq, perf = (units[name] for name in (
+            "pool", "activations", "loader", "ops", "steps", "gemm", "output", "sequencer", "perf"))
 
         # Data: streams and memory ports.
         wiring.connect(m, steps.steps, gemm.steps)
