@@ -11,11 +11,13 @@ from __future__ import annotations
 from hdl.compiler.program import GemmOp, Program
 from hdl.gateware.activation_memory import ActivationMemory
 from hdl.gateware.gemm_engine import GemmEngine
+from hdl.gateware.pe import ProcessingElement
 from hdl.gateware.requantizer import Requantizer
 from hdl.gateware.window import WindowAddress
 
 #: Cycles of an op's start and drain beyond the array's rows and columns.
-OP_FIXED_OVERHEAD = 8 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY + Requantizer.LATENCY
+OP_FIXED_OVERHEAD = (6 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY + Requantizer.LATENCY
+                     + ProcessingElement.LATENCY)
 
 
 def op_overhead(program: Program) -> int:

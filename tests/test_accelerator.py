@@ -26,7 +26,7 @@ def test_dense_models_match_reference(model, rows, cols, simulator, simulate_cas
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
 # add at most a few cycles); these bounds catch a change that slows the schedule.
-CYCLE_BOUNDS = {("linear", 8, 8): 261, ("mlp", 8, 8): 150}     # measured 256 and 148, +2%
+CYCLE_BOUNDS = {("linear", 8, 8): 265, ("mlp", 8, 8): 159}     # measured 260 and 156, +2%
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))
@@ -54,11 +54,11 @@ def test_ghdl_vhdl_matches_verilator_verilog_exactly(simulate_case):
 CNN_SHAPES = [(8, 8), (4, 8)]
 
 
-# The stem on 4x8 under Icarus takes about 5 minutes alone: it belongs to `make test-all`
-# (Icarus still runs the stem on 8x8, Verilator on both shapes).
+# The stem under Icarus takes 2 minutes on 8x8 and 5 on 4x8: both belong to `make test-all`
+# (Icarus still runs the depthwise-separable block on both shapes, Verilator all four).
 CONV_BLOCK_CASES = [
     pytest.param(model, rows, cols, simulator, id=f"{model}-{rows}x{cols}-{simulator}",
-                 marks=pytest.mark.slow if (model, rows, cols, simulator) == ("stem", 4, 8, "icarus") else ())
+                 marks=pytest.mark.slow if (model, simulator) == ("stem", "icarus") else ())
     for model in ("stem", "dwsep") for rows, cols in CNN_SHAPES for simulator in ("verilator", "icarus")]
 
 
@@ -76,9 +76,14 @@ def test_conv_blocks_match_reference(model, rows, cols, simulator, simulate_case
 
 
 # Icarus runs the CNN at a few thousand cycles a second (60k cycles an inference on
-# 8x8): those two cases belong to `make test-all`.
-@pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("rows, cols", CNN_SHAPES, ids=[f"{r}x{c}" for r, c in CNN_SHAPES])
+# 8x8): those two cases belong to `make test-all`, and so does 4x8 on Verilator (2 minutes;
+# the stem and the depthwise-separable block still run 4x8 in `make test`).
+LENET_CASES = [pytest.param(rows, cols, simulator, id=f"{rows}x{cols}-{simulator}",
+                            marks=pytest.mark.slow if (rows, cols, simulator) != (8, 8, "verilator") else ())
+               for rows, cols in CNN_SHAPES for simulator in ("verilator", "icarus")]
+
+
+@pytest.mark.parametrize("rows, cols, simulator", LENET_CASES)
 def test_trained_lenet_matches_reference(rows, cols, simulator, simulate_case):
     """The LeNet-style CNN, trained on digits, on a held-out digit."""
     case = trained_case("lenet", AcceleratorConfig(rows=rows, cols=cols), count=1, log=lambda *a: None)
@@ -144,17 +149,17 @@ def test_pytorch_default_qconfig_model_runs_exactly(simulate_case):
 # that takes more than 2% over its figure fails, and so does one 2% under it: then the
 # figures here are out of date and must follow the new schedule.
 PINNED_OP_CYCLES = {
-    ("lenet", 8, 8): [12844, 1624, 26924, 281, 7324, 6344, 170],
-    ("lenet", 4, 8): [22440, 1624, 49960, 281, 14040, 12640, 290],
-    ("stem", 8, 8): [8236, 2328], ("stem", 4, 8): [14376, 2328],
-    ("dwsep", 8, 8): [579, 556], ("dwsep", 4, 8): [831, 1064],
+    ("lenet", 8, 8): [12848, 1627, 26928, 284, 7328, 6348, 174],
+    ("lenet", 4, 8): [22444, 1627, 49964, 284, 14044, 12644, 294],
+    ("stem", 8, 8): [8240, 2331], ("stem", 4, 8): [14380, 2331],
+    ("dwsep", 8, 8): [580, 560], ("dwsep", 4, 8): [832, 1068],
     # MobileNetV1 0.25 (conv, then depthwise/pointwise pairs, average pooling, classifier)
     # and its first four blocks on 3x32x32.
     # Depthwise layers and the average pooling run taps-on-rows.
-    ("mobilenet", 8, 8): [9260, 4739, 4652, 2435, 4652, 4835, 9260, 1283, 4652, 2531, 9260, 707, 4652, 1379,
-                          9260, 1379, 9260, 1379, 9260, 1379, 9260, 1379, 9260, 419, 4652, 803, 9260, 163, 76],
-    ("mobilenet4", 8, 8): [1068, 579, 556, 323, 556, 611, 1068, 195, 556, 75, 52],
-    ("dscnn", 8, 8): [5044, 2115, 8044, 2115, 8044, 2115, 8044, 2115, 8044, 1044, 60],
+    ("mobilenet", 8, 8): [9264, 4740, 4656, 2436, 4656, 4836, 9264, 1284, 4656, 2532, 9264, 708, 4656, 1380,
+                          9264, 1380, 9264, 1380, 9264, 1380, 9264, 1380, 9264, 420, 4656, 804, 9264, 164, 80],
+    ("mobilenet4", 8, 8): [1072, 580, 560, 324, 560, 612, 1072, 196, 560, 76, 56],
+    ("dscnn", 8, 8): [5048, 2116, 8048, 2116, 8048, 2116, 8048, 2116, 8048, 1048, 64],
 }
 PINNED_TOLERANCE = 0.02
 
@@ -180,7 +185,7 @@ def test_pinned_cycle_check_fails_on_a_slower_op():
                              + [[40, 0], [18, 0]]}]              # the input load and the output
     check_pinned_cycles(("lenet", 8, 8), Report(1.0))
     check_pinned_cycles(("lenet", 8, 8), Report(1.019))
-    with pytest.raises(AssertionError, match="op 2: 27731 cycles"):
+    with pytest.raises(AssertionError, match="op 2: 27735 cycles"):
         check_pinned_cycles(("lenet", 8, 8), Report(1.03))
     with pytest.raises(AssertionError, match="update PINNED_OP_CYCLES"):
         check_pinned_cycles(("lenet", 8, 8), Report(0.97))
