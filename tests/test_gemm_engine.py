@@ -35,8 +35,11 @@ from tests.component_sim import ReadLatency, random_array, run_bench, read_tenso
 # --- WeightMemory ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("rows, cols, tiles, seed", [(2, 3, 5, 0), (3, 2, 11, 1), (4, 4, 20, 2), (1, 1, 7, 3),
-                                                     (1, 4, 9, 4), (3, 1, 16, 5)])
+                                                     (1, 4, 9, 4), (3, 1, 16, 5), (2, 2, 9000, 6)])
 def test_weight_memory_delivers_tiles_in_diagonal_skew(rows, cols, tiles, seed):
+    """Random addresses, each PE checked against its tile. 9,000 tiles: banks of several
+    block RAMs by depth, selected over two stages (the 2x2's middle bank: 9 pieces, in 3
+    groups of up to 4)."""
     rng = np.random.default_rng(seed)
     rom = rng.integers(-128, 128, (tiles, rows, cols)).astype(np.int8)
     # One spare address bit: the ROM is only ever addressed below ``tiles``.

@@ -8,8 +8,11 @@ cycle earlier. A whole tile thus reaches the array in one cycle (diagonal by dia
 so the array can change tiles on every step: weights arrive at the rate the array
 consumes them, with no loading phase. The address chain is ``rows + cols - 1`` registers.
 """
+import operator
+from functools import reduce
+
 import numpy as np
-from amaranth import Cat, Module, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -43,8 +46,9 @@ class WeightMemory(wiring.Component):
     only has none of that logic.
 
     A bank's read data is registered beside its block RAMs (their clock-to-output time is
-    5.6 ns on ECP5), and each PE's weight again, so that the long route from a bank to
-    PEs spread over the array gets a cycle of its own.
+    5.6 ns on ECP5), twice more while the bank's piece of that depth is selected, and
+    each PE's weight once more, so that the long routes from a bank's block RAMs to PEs
+    spread over the array get three cycles.
 
     With ``writable``, each bank also has a write port, and ``load`` writes a whole word
     (every bank's part of it) at once: run-time weights (:mod:`hdl.compiler.weight_image`).
@@ -59,7 +63,7 @@ class WeightMemory(wiring.Component):
     """
 
     #: ROM read, the register of its data, the per-PE register.
-    LATENCY = 3
+    LATENCY = 5
 
     def __init__(self, words: np.ndarray, addr_bits: int, formats: tuple[int, ...] = (8,), writable: bool = False):
         self._words = np.asarray(words)
@@ -98,20 +102,29 @@ class WeightMemory(wiring.Component):
             with m.Default():
                 body(self._formats[-1])
 
+    def _fields(self, m, slot, bits, name: str):
+        """The lane fields a word's weights can be in, ``(width, slot)`` for each format
+        and slot, and a register, one bit a field, marking the one of the word read a cycle
+        after ``slot`` and ``bits`` (the last format is the default). Decoded a stage
+        ahead, the choice is one AND-OR level of the PEs' weight registers, not the format
+        and slot switches in series (from one register's wide fanout, the default
+        design's critical path)."""
+        fields = [(b, k) for b in self._formats for k in range(tiles_per_word(b))]
+        chosen = Signal(len(fields), name=name, reset_less=True)
+        for index, (b, k) in enumerate(fields):
+            is_format = (bits == b) if b != self._formats[-1] else ~Cat(*(bits == o for o in self._formats[:-1])).any()
+            at_slot = slot[:word_shift(b)] == k if word_shift(b) else 1
+            m.d.sync += chosen[index].eq(is_format & at_slot)
+        return fields, chosen
+
     @staticmethod
-    def _unpack(m, lane, slot, bits: int, weight):
-        """``weight`` <= the ``bits``-bit field of ``lane`` at ``slot``, sign-extended."""
-        fields = [lane[s * bits:(s + 1) * bits].as_signed() for s in range(tiles_per_word(bits))]
-        if len(fields) == 1:
-            m.d.sync += weight.eq(fields[0])
-            return
-        with m.Switch(slot[:word_shift(bits)]):
-            for s, value in enumerate(fields):
-                with m.Case(s):
-                    m.d.sync += weight.eq(value)
+    def _unpack(m, lane, fields, chosen, weight):
+        """``weight`` <= the chosen field of ``lane``, sign-extended."""
+        terms = [Mux(chosen[index], lane[k * b:(k + 1) * b].as_signed(), 0) for index, (b, k) in enumerate(fields)]
+        m.d.sync += weight.eq(reduce(operator.or_, terms))
 
     def _bank(self, m, d: int, init: list[int], word, members):
-        """Bank ``d``'s ROM, read at ``word``; returns its data two cycles later.
+        """Bank ``d``'s ROM, read at ``word``; returns its data four cycles later.
 
         The ROM is cut by width and by depth into pieces of one DP16KD each, in the shape
         that takes the fewest (:func:`~hdl.tools.bram_estimate.dp16kd_shape`); each piece's
@@ -146,13 +159,34 @@ class WeightMemory(wiring.Component):
                                  write.addr.eq(self.load.addr[:low]), write.data.eq(data_in[at:at + bits])]
                 m.d.sync += data_reg[at:at + bits].eq(read.data)
             chunks.append(data_reg)
+        # The depth's piece, selected over two registered stages: first within groups of
+        # about sqrt(pieces) (placed by their block RAMs), then among the groups. A bank's
+        # pieces are spread over the chip's block RAM columns: one selection from a block
+        # RAM to the PEs' weight registers was the weight memory's critical path alone
+        # (6.5 ns of routing), one from the block RAMs to a register still 5.1 ns. The
+        # weights' address is registered anyway ahead of the memory
+        # (GemmEngine.INPUT_LATENCY), so ops take no more cycles.
+        selected = Signal(width, name=f"bank{d}_data", reset_less=True)
         if len(chunks) == 1:
-            return chunks[0]
-        selected = Signal(width, name=f"bank{d}_data")
-        with m.Switch(delayed(m, word >> low, 2, f"bank{d}_chunk")):
-            for k, data_reg in enumerate(chunks):
-                with m.Case(k):
-                    m.d.comb += selected.eq(data_reg)
+            m.d.sync += selected.eq(delayed(m, chunks[0], 1, f"bank{d}_group0"))
+            return selected
+        chunk = delayed(m, word >> low, 2, f"bank{d}_chunk")
+        group_bits = ((len(chunks) - 1).bit_length() + 1) // 2
+        groups = []
+        for g in range(0, len(chunks), 1 << group_bits):
+            group = Signal(width, name=f"bank{d}_group{g >> group_bits}", reset_less=True)
+            with m.Switch(chunk[:group_bits]):
+                for k, data_reg in enumerate(chunks[g:g + (1 << group_bits)]):
+                    with m.Case(k):
+                        m.d.sync += group.eq(data_reg)
+            groups.append(group)
+        if len(groups) == 1:
+            m.d.sync += selected.eq(groups[0])
+            return selected
+        with m.Switch(delayed(m, chunk >> group_bits, 1, f"bank{d}_group")):
+            for g, group in enumerate(groups):
+                with m.Case(g):
+                    m.d.sync += selected.eq(group)
         return selected
 
     def elaborate(self, platform):
@@ -174,15 +208,15 @@ class WeightMemory(wiring.Component):
             # Raw words (lanes packed little-endian) initialise much faster than views.
             read_data = self._bank(m, d, init, word, members)
             # The slot and width of the word read, beside its registered data.
-            read_slot = delayed(m, slot, 2, f"read_slot{d}")
-            read_bits = delayed(m, bits, 2, f"read_bits{d}")
+            if self.packed:
+                fields, chosen = self._fields(m, delayed(m, slot, 3, f"read_slot{d}"),
+                                              delayed(m, bits, 3, f"read_bits{d}"), f"read_field{d}")
             for index, (r, c) in enumerate(members):
                 lane = read_data[index * LANE_BITS:(index + 1) * LANE_BITS]
                 if not self.packed:
                     m.d.sync += self.weights[r][c].eq(lane.as_signed())
                     continue
-                self._by_format(m, read_bits, lambda b, lane=lane, weight=self.weights[r][c]:
-                                self._unpack(m, lane, read_slot, b, weight))
+                self._unpack(m, lane, fields, chosen, self.weights[r][c])
             next_word, next_slot, next_bits = (Signal.like(v, name=f"{n}_diag{d + 1}")
                                                for v, n in ((word, "word"), (slot, "slot"), (bits, "bits")))
             m.d.sync += [next_word.eq(word), next_slot.eq(slot), next_bits.eq(bits)]
