@@ -137,7 +137,7 @@ class PoolEngine(wiring.Component):
                          out_addr.eq(p.out_base), out_lane.eq(0), pix_addr.eq(p.out_base), pix_lane.eq(0),
                          ibase.eq(0), pix.eq(0), last_j.eq(p.taps >= g.kw)]
         with m.If(running):
-            m.d.sync += [j.eq(j + p.taps), last_j.eq(j + 2 * p.taps >= g.kw)]
+            m.d.sync += [j.eq(j + p.taps), last_j.eq(j + (p.taps << 1) >= g.kw)]
             with m.If(last_j):
                 m.d.sync += [j.eq(0), i.eq(i + 1), last_j.eq(p.taps >= g.kw)]
             with m.If(last_tap):

@@ -176,7 +176,7 @@ class StepGenerator(wiring.Component):
         def block_from(left, shorter):
             return {"len": Mux(shorter, left, p.block), "before": Mux(shorter, left - 2, p.block - 2),
                     "single": Mux(shorter, left == 1, p.block == 1), "last": left <= p.block,
-                    "after": left - p.block, "short_after": left < 2 * p.block}
+                    "after": left - p.block, "short_after": left < (p.block << 1)}
         first, later = block_from(p.pixels, p.pixels < p.block), block_from(left_after, short_after)
         begin, fresh = start | next_tile | next_block, start | next_tile
         with m.If(begin):
