@@ -20,7 +20,6 @@ class OpTable(wiring.Component):
     Members
     -------
     op_index: In, the op that runs.
-    is_pool: Out, whether it is a pooling op; is_last: Out, whether it is the program's last.
     gemm, zero_point: Out, a GEMM op's constants and input zero point (registered).
     pool: Out, a pooling op's constants (registered).
     load_zero_points: In (with ``runtime_weights``), writes GEMM op ``addr``'s input zero
@@ -33,7 +32,6 @@ class OpTable(wiring.Component):
         self._program = program
         members = {
             "op_index": In(range(max(2, len(program.ops)))),
-            "is_pool": Out(1), "is_last": Out(1),
             "gemm": Out(gemm_params_layout(widths, program.config)),
             "zero_point": Out(signed(program.config.data_bits)),
             "pool": Out(pool_params_layout(widths, program.config.bank_width)),
@@ -46,7 +44,6 @@ class OpTable(wiring.Component):
         m = Module()
         ops = self._program.ops
         gemm_layout, pool_layout = self.gemm.shape(), self.pool.shape()
-        m.d.sync += [self.is_last.eq(self.op_index == len(ops) - 1), self.is_pool.eq(0)]
         bank = self._program.config.bank_width
         gemm_ops = [op for op in ops if isinstance(op, GemmOp)]
         if self._program.config.runtime_weights:
@@ -67,5 +64,4 @@ class OpTable(wiring.Component):
                                      self.zero_point.eq(zero_points[gemm_ordinal[index]])]
                     else:
                         m.d.sync += self.pool.eq(pool_layout.const(pool_params(op, bank)))
-                        m.d.sync += self.is_pool.eq(1)
         return m

@@ -1,5 +1,5 @@
 """The output unit: reads the result tensor, packs it into beats, finds the predicted class."""
-from amaranth import Module, Signal, signed, unsigned
+from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -22,9 +22,11 @@ def output_beat_layout(bus_bits: int) -> data.StructLayout:
 class OutputUnit(wiring.Component):
     """Streams the program's output tensor, ``words_per_beat`` words a beat.
 
-    For a classifier (one vector of at most ``OUTPUT_CLASSES`` logits) it also scans the
-    logits, one lane a cycle, for the argmax (the lowest index wins ties), and gives its
-    one-hot on the inference's last beat (``last``); earlier beats and other models give 0.
+    For a classifier (one vector of at most ``OUTPUT_CLASSES`` logits) it also finds the
+    argmax of the logits (the lowest index wins ties), a beat's logits at a time through a
+    tournament of registered pairwise comparisons (``ceil(log2(n))`` cycles for ``n`` of them,
+    against ``n`` one lane a cycle), and gives its one-hot on the inference's last beat
+    (``last``); earlier beats and other models give 0.
 
     Members
     -------
@@ -59,15 +61,15 @@ class OutputUnit(wiring.Component):
         slot = Signal(range(wpb + 1))                      # words of this beat landed
         beat = Signal.like(self.beats.payload.values)
         beat_base = Signal(bits_for(words * lanes) + 1)    # index of the beat's first value
-        # Argmax over the logits, in the beats that hold them: the position, the value index
-        # there (registers: no sum or wide multiplexer before the comparison), the beat's
-        # logits shifted one a cycle, the best so far.
+        # Argmax over the logits, in the beats that hold them: the beat's values loaded into
+        # the tournament's first level, each with whether it is a logit and its index; the
+        # best so far, across beats.
         scanned = min(classes, wpb * lanes)
-        scan_pos = Signal(range(max(2, classes + 1)))
-        index = Signal.like(beat_base)
-        logits = Signal(max(1, scanned) * bits)
+        contenders = [_Contender(bits, classes, f"logit{p}") for p in range(max(1, scanned))]
         best_value = Signal(signed(bits))
         best_index = Signal(range(OUTPUT_CLASSES + 1))
+        winner, rounds = _tournament(m, contenders, bits, classes)
+        scan_cycle = Signal(range(rounds + 1))
         m.d.comb += self.read.addr.eq(read_addr)
 
         issue = Signal()
@@ -92,17 +94,20 @@ class OutputUnit(wiring.Component):
                 with m.If(issue):
                     m.d.sync += [read_addr.eq(read_addr + 1), words_left.eq(words_left - 1), issued.eq(issued + 1)]
                 with m.Elif(slot == issued):                 # every word of the beat has landed
-                    m.d.sync += [scan_pos.eq(0), index.eq(beat_base), logits.eq(beat[:len(logits)])]
+                    for p, contender in enumerate(contenders[:scanned]):
+                        m.d.sync += [contender.valid.eq(beat_base + p < classes),
+                                     contender.value.eq(beat[p * bits:(p + 1) * bits].as_signed()),
+                                     contender.index.eq(beat_base + p)]
+                    m.d.sync += scan_cycle.eq(0)
                     m.next = "SCAN" if classes else "SEND"
             if classes:
                 with m.State("SCAN"):
-                    # Values ``index = beat_base + scan_pos`` of the beat that are logits (they
-                    # come first in the tensor: at most OUTPUT_CLASSES, one a cycle).
-                    value = logits[:bits].as_signed()
-                    with m.If((index < classes) & (value > best_value)):
-                        m.d.sync += [best_value.eq(value), best_index.eq(index)]
-                    m.d.sync += [scan_pos.eq(scan_pos + 1), index.eq(index + 1), logits.eq(logits >> bits)]
-                    with m.If((index >= classes - 1) | (scan_pos == scanned - 1)):
+                    # The beat's winner is out of the tournament after ``rounds`` cycles; a
+                    # later beat's must be strictly greater (its indices are higher).
+                    m.d.sync += scan_cycle.eq(scan_cycle + 1)
+                    with m.If(scan_cycle == rounds):
+                        with m.If(winner.valid & (winner.value > best_value)):
+                            m.d.sync += [best_value.eq(winner.value), best_index.eq(winner.index)]
                         m.next = "SEND"
             with m.State("SEND"):
                 last = words_left == 0
@@ -120,3 +125,36 @@ class OutputUnit(wiring.Component):
                     with m.Else():
                         m.next = "FETCH"
         return m
+
+
+class _Contender:
+    """A value in the argmax tournament: whether it is a logit, its value, its index."""
+
+    def __init__(self, bits: int, classes: int, name: str):
+        self.valid = Signal(name=f"{name}_valid")
+        self.value = Signal(signed(bits), name=f"{name}_value")
+        self.index = Signal(range(max(2, classes)), name=f"{name}_index")
+
+
+def _tournament(m, contenders, bits: int, classes: int):
+    """Registered rounds of pairwise comparisons down to one winner; returns it and the
+    number of rounds. Of a pair, the first (lower index) wins ties and the invalid loses; an
+    odd one out goes on through a register, so every round is one cycle."""
+    level, rounds = list(contenders), 0
+    while len(level) > 1:
+        following = []
+        for k in range(0, len(level), 2):
+            pair = level[k:k + 2]
+            node = _Contender(bits, classes, f"round{rounds}_{k // 2}")
+            if len(pair) == 1:
+                first = pair[0]
+                m.d.sync += [node.valid.eq(first.valid), node.value.eq(first.value), node.index.eq(first.index)]
+            else:
+                first, second = pair
+                take_first = first.valid & (~second.valid | (first.value >= second.value))
+                m.d.sync += [node.valid.eq(first.valid | second.valid),
+                             node.value.eq(Mux(take_first, first.value, second.value)),
+                             node.index.eq(Mux(take_first, first.index, second.index))]
+            following.append(node)
+        level, rounds = following, rounds + 1
+    return level[0], rounds

@@ -1,4 +1,6 @@
 """The sequencer: load the input, run each op to completion in order, send the output."""
+from collections.abc import Sequence
+
 from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -10,8 +12,12 @@ class Sequencer(wiring.Component):
     """One inference at a time. An op is done when its engine is idle and, for a GEMM op,
     ``gemm_drain`` more cycles have passed (its last writes are still in the pipeline; a
     pooling op's ``busy`` already covers its last write). Each op starts a cycle after
-    ``op_index`` names it, when the op table's registers (``is_pool`` and ``is_last`` too)
-    have followed. The engines' ``busy`` outputs are registers
+    ``op_index`` names it, when the op table's registers have followed.
+
+    The start pulses are registers, set in that cycle from ``op_index`` and the op kinds
+    (``pooling[k]``: whether op ``k`` is a pooling op), because each fans out across the
+    chip into its engine's loop counters: decoded from the state in their own cycle, they
+    were the design's critical path. The engines' ``busy`` outputs are registers
     (:func:`~hdl.gateware.engine_busy.registered_busy`: they fall a cycle after the engine's
     last activity and rise a cycle after its start), so the sequencer waits a cycle after a
     start before it looks.
@@ -19,8 +25,8 @@ class Sequencer(wiring.Component):
     Members
     -------
     loaded: In, the input's last word is written.
-    op_index: Out, the op that runs; is_pool, is_last: In, about that op.
-    gemm_start, pool_start: Out, pulses that start the op; engine_busy: In.
+    op_index: Out, the op that runs.
+    gemm_start, pool_start: Out, pulses (registers) that start the op; engine_busy: In.
     reader: Out, who owns the activation memory's read port.
     output_start: Out, a pulse: the output tensor is complete; output_done: In.
     rearm: Out, a pulse: take the next input.
@@ -28,11 +34,14 @@ class Sequencer(wiring.Component):
     load, ``ops + 1`` for the output.
     """
 
-    def __init__(self, ops: int, gemm_drain: int):
-        self._ops, self._drain = ops, gemm_drain
+    def __init__(self, pooling: Sequence[bool], gemm_drain: int):
+        if not pooling:
+            raise ValueError("a sequencer needs at least one op, not 0")
+        self._pooling, self._ops, self._drain = tuple(bool(p) for p in pooling), len(pooling), gemm_drain
+        ops = self._ops
         super().__init__({
             "loaded": In(1),
-            "op_index": Out(range(max(2, ops))), "is_pool": In(1), "is_last": In(1),
+            "op_index": Out(range(max(2, ops))),
             "gemm_start": Out(1), "pool_start": Out(1), "engine_busy": In(1),
             "reader": Out(Reader),
             "output_start": Out(1), "output_done": In(1), "rearm": Out(1),
@@ -43,6 +52,15 @@ class Sequencer(wiring.Component):
         m = Module()
         drain = Signal(range(self._drain + 2))
         m.d.comb += self.phase.eq(self.op_index)
+        # The op's kind, decoded from op_index (a register) for the start registers, and
+        # registered with the op table's outputs for the other decisions.
+        pool_now, is_pool, is_last = Signal(), Signal(), Signal()
+        with m.Switch(self.op_index):
+            for index, pooling in enumerate(self._pooling):
+                with m.Case(index):
+                    m.d.comb += pool_now.eq(pooling)
+        m.d.sync += [is_pool.eq(pool_now), is_last.eq(self.op_index == self._ops - 1),
+                     self.gemm_start.eq(0), self.pool_start.eq(0)]
         with m.FSM(name="sequencer"):
             with m.State("LOAD"):
                 m.d.comb += self.phase.eq(self._ops)
@@ -50,20 +68,20 @@ class Sequencer(wiring.Component):
                     m.d.sync += self.op_index.eq(0)
                     m.next = "SETUP"
             with m.State("SETUP"):                      # the op table's registers follow op_index
+                m.d.sync += [self.gemm_start.eq(~pool_now), self.pool_start.eq(pool_now)]
                 m.next = "START"
-            with m.State("START"):
-                m.d.comb += [self.gemm_start.eq(~self.is_pool), self.pool_start.eq(self.is_pool)]
-                m.d.sync += self.reader.eq(Mux(self.is_pool, Reader.POOL, Reader.GEMM))
+            with m.State("START"):                      # the start registers are high
+                m.d.sync += self.reader.eq(Mux(is_pool, Reader.POOL, Reader.GEMM))
                 m.next = "WAIT"
             with m.State("WAIT"):                       # the engine's busy register follows its start
                 m.next = "RUN"
             with m.State("RUN"):
                 with m.If(~self.engine_busy):
-                    m.d.sync += drain.eq(Mux(self.is_pool, 0, self._drain))
+                    m.d.sync += drain.eq(Mux(is_pool, 0, self._drain))
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 m.d.sync += drain.eq(drain - 1)
-                with m.If((drain == 0) & self.is_last):
+                with m.If((drain == 0) & is_last):
                     m.d.comb += self.output_start.eq(1)
                     m.d.sync += self.reader.eq(Reader.OUTPUT)
                     m.next = "OUTPUT"

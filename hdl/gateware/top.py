@@ -104,7 +104,7 @@ class NeuralNetworkAccelerator(wiring.Component):
                                    taps_on_rows=any(op.tap_tiles for op in prog.gemm_ops)),
             "gemm": gemm,
             "output": OutputUnit(prog, w),
-            "sequencer": Sequencer(len(prog.ops), gemm.write_latency),
+            "sequencer": Sequencer([isinstance(op, PoolOp) for op in prog.ops], gemm.write_latency),
             "perf": PerfCounters(len(prog.ops) + 2, PERF_BITS),
         }
 
@@ -132,7 +132,7 @@ class NeuralNetworkAccelerator(wiring.Component):
 
         # Control: the sequencer, the op table and the engines.
         m.d.comb += [
-            ops.op_index.eq(seq.op_index), seq.is_pool.eq(ops.is_pool), seq.is_last.eq(ops.is_last),
+            ops.op_index.eq(seq.op_index),
             steps.params.eq(ops.gemm), gemm.zero_point.eq(ops.zero_point), pool.params.eq(ops.pool),
             steps.start.eq(seq.gemm_start), pool.start.eq(seq.pool_start),
             seq.engine_busy.eq(steps.busy | pool.busy),
