@@ -135,20 +135,33 @@ def test_activation_memory_reader_selection_and_write_priority(chunk_entries):
     writers = [dut.load, dut.gemm_write, dut.pool_write]                  # priority order
     stats = {"collisions": 0, "partial": 0, "reads": {r: 0 for r in Reader}}
 
+    latency = ActivationMemory.WRITE_LATENCY
+    assert latency == 2                     # (the collision below is the write of the cycle before)
+
+    def apply(winner):
+        addr, data, enables = winner
+        stats["partial"] += 0 < enables < (1 << lanes) - 1
+        for lane in range(lanes):
+            if enables >> lane & 1:
+                mem[addr][lane] = data[lane]
+
     async def bench(ctx):
         pending = deque()                   # (cycle, reader, words) of the reads in flight
+        in_flight = deque()                 # (cycle, winner) of the writes not yet visible
         for t in range(300):
             reader = list(Reader)[int(rng.integers(3))]
             ctx.set(dut.reader, reader)
             addrs = {r: int(rng.integers(depth)) for r in Reader}
+            # A read the cycle after a write of one of its words is left unspecified.
+            previous = [w for at, w in in_flight if at == t - 1 and w is not None]
+            while previous and addrs[reader] <= previous[0][0] < addrs[reader] + 4:
+                addrs[reader] = (addrs[reader] + 4) % depth
             for r, port in readers.items():
                 ctx.set(port.addr, addrs[r])
             winner = None
             valids = [bool(rng.random() < 0.4) for _ in writers]
             for index, (port, valid) in enumerate(zip(writers, valids)):
                 addr = int(rng.integers(depth))
-                while valid and addrs[reader] <= addr < addrs[reader] + 4:
-                    addr = (addr + 4) % depth          # read-during-write is left unspecified
                 data = [int(v) for v in rng.integers(-128, 128, lanes)]
                 enables = int(rng.integers(0, 1 << lanes))
                 ctx.set(port.valid, valid)
@@ -156,14 +169,14 @@ def test_activation_memory_reader_selection_and_write_priority(chunk_entries):
                 if valid and winner is None:
                     winner = (addr, data, enables)
             stats["collisions"] += sum(valids) > 1
+            # This read sees the writes of WRITE_LATENCY cycles ago and before, not later ones.
+            while in_flight and in_flight[0][0] <= t - latency:
+                _, done = in_flight.popleft()
+                if done is not None:
+                    apply(done)
             pending.append((t, reader, _words(mem, addrs[reader], lanes, 4)))
+            in_flight.append((t, winner))
             await ctx.tick()
-            if winner is not None:
-                addr, data, enables = winner
-                stats["partial"] += 0 < enables < (1 << lanes) - 1
-                for lane in range(lanes):
-                    if enables >> lane & 1:
-                        mem[addr][lane] = data[lane]
             # The selected reader's words, READ_LATENCY cycles later, on every read port
             # (one, two or four of them from the address on).
             if len(pending) == ActivationMemory.READ_LATENCY:
@@ -172,9 +185,14 @@ def test_activation_memory_reader_selection_and_write_priority(chunk_entries):
                     got = [int(v) for v in ctx.get(port.data)]
                     assert got == want[:READ_WORDS[r] * lanes], f"cycle {at}, reader {by}, port {r}"
                 stats["reads"][by] += 1
-        # Read back everything through each reader in turn, with no writes.
+        # Read back everything through each reader in turn, with no writes (once the last
+        # ones have landed).
         for port in writers:
             ctx.set(port.valid, 0)
+        await ctx.tick().repeat(latency)
+        for _, done in in_flight:
+            if done is not None:
+                apply(done)
         for reader, port in readers.items():
             ctx.set(dut.reader, reader)
             for addr in range(depth):
@@ -210,6 +228,7 @@ def test_activation_memory_wide_loads(load_words, chunk_entries):
             for k in range(count):
                 mem[addr + k] = data[k * lanes:(k + 1) * lanes]
         ctx.set(dut.load.valid, 0)
+        await ctx.tick().repeat(ActivationMemory.WRITE_LATENCY)
         ctx.set(dut.reader, Reader.POOL)
         for addr in range(depth):
             ctx.set(dut.pool_read.addr, addr)

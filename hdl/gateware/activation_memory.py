@@ -71,6 +71,10 @@ class ActivationMemory(wiring.Component):
     #: Cycles from a read's address to its data: a register of each bank's address, the
     #: block RAM's, a register of its data, then a register of the words in read order.
     READ_LATENCY = 4
+    #: Cycles from a write at its port to the first read (its address at a read port) that
+    #: sees it: the port's register and the bank's. A read a cycle earlier collides with
+    #: it (what it returns is unspecified); one earlier still reads the old word.
+    WRITE_LATENCY = 2
     #: Entries of a bank's chunk: the depth of an ECP5 block RAM at its widest (512 x 36).
     CHUNK_ENTRIES = 512
 
@@ -114,7 +118,17 @@ class ActivationMemory(wiring.Component):
                                   data=Signal(word, name=f"bank{index}_wdata"),
                                   en=Signal(self._lanes, name=f"bank{index}_wen")) for index in range(BANKS)]
 
-        writers = [getattr(self, name) for name in self.WRITERS]
+        # Each writer's port is registered here, beside the banks, before the selection
+        # and the bank addresses' adders: from the pool engine's write register across the
+        # chip through those to the chunks' write enables was the default design's critical
+        # path at 100.3 MHz. (No reset but the valid bit's.)
+        writers = []
+        for name in self.WRITERS:
+            port = getattr(self, name)
+            held = SimpleNamespace(valid=Signal(name=f"{name}_valid"),
+                                   payload=Signal.like(port.payload, name=f"{name}_payload", reset_less=True))
+            m.d.sync += [held.valid.eq(port.valid), held.payload.eq(port.payload)]
+            writers.append(held)
         for index, writer in enumerate(writers):
             cond = m.If if index == 0 else m.Elif
             with cond(writer.valid):
@@ -153,9 +167,9 @@ class ActivationMemory(wiring.Component):
         for index, (bank, wr, rd_addr) in enumerate(zip(chunks, writes, bank_addr)):
             chunk_data = [Signal(word, name=f"bank{index}_chunk{number}_data", reset_less=True)
                           for number in range(len(bank))]
-            # A write is registered before it leaves for the bank's block RAMs (a cycle after
-            # its port: no reader reads a word that soon after its write), so that the
-            # writers' logic and the long wires to the block RAMs are a cycle each.
+            # A write is registered again before it leaves for the bank's block RAMs (two
+            # cycles after its port: no reader reads a word that soon after its write), so
+            # that the writers' logic and the long wires to the block RAMs are a cycle each.
             write_addr = Signal(range(depth), name=f"bank{index}_write_addr", reset_less=True)
             write_data = Signal(word, name=f"bank{index}_write_data", reset_less=True)
             m.d.sync += [write_addr.eq(wr.addr), write_data.eq(wr.data)]
