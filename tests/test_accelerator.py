@@ -54,11 +54,13 @@ def test_ghdl_vhdl_matches_verilator_verilog_exactly(simulate_case):
 CNN_SHAPES = [(8, 8), (4, 8)]
 
 
-# The stem under Icarus takes 2 minutes on 8x8 and 5 on 4x8: both belong to `make test-all`
-# (Icarus still runs the depthwise-separable block on both shapes, Verilator all four).
+# The stem under Icarus takes 2 minutes on 8x8 and 5 on 4x8: both belong to `make test-all`,
+# and so do both blocks on 4x8 under Verilator (`make test` runs 4x8 on Icarus with the
+# depthwise-separable block, and 8x8 on Verilator with both).
 CONV_BLOCK_CASES = [
     pytest.param(model, rows, cols, simulator, id=f"{model}-{rows}x{cols}-{simulator}",
-                 marks=pytest.mark.slow if (model, simulator) == ("stem", "icarus") else ())
+                 marks=pytest.mark.slow if (model, simulator) == ("stem", "icarus")
+                 or ((rows, cols), simulator) == ((4, 8), "verilator") else ())
     for model in ("stem", "dwsep") for rows, cols in CNN_SHAPES for simulator in ("verilator", "icarus")]
 
 
@@ -76,10 +78,11 @@ def test_conv_blocks_match_reference(model, rows, cols, simulator, simulate_case
 
 
 # Icarus runs the CNN at a few thousand cycles a second (60k cycles an inference on
-# 8x8): those two cases belong to `make test-all`, and so does 4x8 on Verilator (2 minutes;
-# the stem and the depthwise-separable block still run 4x8 in `make test`).
-LENET_CASES = [pytest.param(rows, cols, simulator, id=f"{rows}x{cols}-{simulator}",
-                            marks=pytest.mark.slow if (rows, cols, simulator) != (8, 8, "verilator") else ())
+# 8x8): those two cases belong to `make test-all`, and so do 4x8 and 8x8 on Verilator (2
+# and 2.5 minutes of `make test`). `make test` runs the same LeNet on 8x8 with mixed weight
+# widths below (its first layer 8 bits, the same cycles, pinned), and 4x8 with the
+# depthwise-separable block.
+LENET_CASES = [pytest.param(rows, cols, simulator, id=f"{rows}x{cols}-{simulator}", marks=pytest.mark.slow)
                for rows, cols in CNN_SHAPES for simulator in ("verilator", "icarus")]
 
 
@@ -230,7 +233,7 @@ def test_hundred_held_out_digits_through_lenet(simulate_case):
     assert accuracy >= 0.9, f"hardware accuracy on 100 held-out digits {accuracy:.2%}"
 
 
-@pytest.mark.parametrize("model, rows, cols, batch", [("mlp", 4, 8, 3), ("stem", 8, 8, 2)])
+@pytest.mark.parametrize("model, rows, cols, batch", [("mlp", 4, 8, 3), pytest.param("stem", 8, 8, 2, marks=pytest.mark.slow)])
 def test_batches_match_reference(model, rows, cols, batch, simulate_case):
     """Several inputs per inference: dense layers reuse each weight tile over the batch,
     convolutions and pooling walk image after image."""
@@ -311,7 +314,8 @@ def test_average_pooling_matches_reference(simulator, simulate_case):
 # MLPerf Tiny's models, whole, with seeded random weights: the anomaly-detection autoencoder
 # (Linear + BatchNorm1d + ReLU) and keyword spotting's DS-CNN (2.7M MACs, 46,826 cycles on
 # 8x8, 88.9% of the array: its depthwise layers run taps-on-rows; the average pooling over
-# 25x5, wider than a read, as a diagonal op).
+# 25x5, wider than a read, as a diagonal op). The autoencoder (85 s) runs in `make test-all`.
+@pytest.mark.slow
 def test_mlperf_tiny_autoencoder_matches_reference(simulate_case):
     case = random_case("autoencoder", AcceleratorConfig(rows=8, cols=8), count=2, seed=3)
     assert len(case.model.layers) == 10

@@ -5,8 +5,11 @@ import pytest
 
 from sim.fuzz import fuzz_case
 
-QUICK_SEEDS = range(20)                 # make test
-SLOW_SEEDS = range(20, 220)             # make test-all
+# make test: ten of the first twenty seeds, the quickest that still cover every feature the
+# test below asks for (five accumulator depths, eight buses, 1xN and Nx1 arrays, a 17-bit
+# accumulator, pooling, grouped convolutions, batches); make test-all: the other 210.
+QUICK_SEEDS = (2, 3, 4, 5, 8, 11, 14, 16, 17, 18)
+SLOW_SEEDS = tuple(seed for seed in range(220) if seed not in QUICK_SEEDS)
 
 
 def _run(seed, simulate_case):

@@ -338,22 +338,35 @@ def test_exported_graphs_keep_residual_adds_and_concatenations(tmp_path):
         assert [type(layer) for layer in exported.layers] == [type(layer) for layer in direct.layers]
 
 
-def test_compile_takes_a_pt2e_quantized_graph(tmp_path, capsys):
-    """A residual net quantized with torchao's pt2e flow, saved with torch.export: compile
-    imports its own integers (no calibration of ours: the reference equals from_pt2e's),
-    and ``nnaccel sim`` checks the hardware exactly; --weight-bits is refused."""
-    from pytorch_ref.frontends.pt2e import from_pt2e, pt2e_quantize
-    from pytorch_ref.ir.serialize import load_model
+def _saved_pt2e_graph(tmp_path):
+    """A residual net quantized with torchao's pt2e flow, saved with torch.export, and
+    calibration inputs: (the converted graph, its inputs, compile's arguments)."""
+    from pytorch_ref.frontends.pt2e import pt2e_quantize
     from test_residual import residual_model
     torch.manual_seed(0)
     calibration = torch.randn(64, 3, 8, 8)
     converted = pt2e_quantize(residual_model(), calibration)
     torch.export.save(torch.export.export(converted, (calibration[:1],)), tmp_path / "q.pt2")
     np.save(tmp_path / "cal.npy", calibration[:3].numpy())
-    common = ["compile", str(tmp_path / "q.pt2"), "--calibration", str(tmp_path / "cal.npy"), "--vectors", "2"]
+    return converted, calibration, ["compile", str(tmp_path / "q.pt2"), "--calibration", str(tmp_path / "cal.npy"),
+                                    "--vectors", "2"]
+
+
+def test_compile_refuses_weight_bits_for_a_pt2e_graph(tmp_path, capsys):
+    _, _, common = _saved_pt2e_graph(tmp_path)
     assert "--weight-bits applies to float models; a pt2e model keeps its own weights" in _error(
         capsys, common + ["--weight-bits", "4", "-o", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
+
+
+# A minute and a half (make test-all); make test runs pt2e graphs on Verilator in test_pt2e.py.
+@pytest.mark.slow
+def test_compile_takes_a_pt2e_quantized_graph(tmp_path, capsys):
+    """A saved pt2e graph: compile imports its own integers (no calibration of ours: the
+    reference equals from_pt2e's), and ``nnaccel sim`` checks the hardware exactly."""
+    from pytorch_ref.frontends.pt2e import from_pt2e
+    from pytorch_ref.ir.serialize import load_model
+    converted, calibration, common = _saved_pt2e_graph(tmp_path)
     assert main(common + ["-o", str(tmp_path / "out")]) == 0
     imported = load_model(tmp_path / "out" / "model.npz")
     direct = from_pt2e(converted, calibration[:1], name=imported.name)

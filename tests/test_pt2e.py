@@ -151,6 +151,7 @@ def test_errors_name_the_node():
         pt2e_quantize(nn.Sequential(nn.Linear(6, 2)).eval(), x, quantizer="arm")
 
 
+@pytest.mark.slow               # (make test runs the pt2e residual graph below on Verilator)
 def test_pt2e_model_runs_exactly_on_verilator(simulate_case):
     """A pt2e model (XNNPACK) on a 4x4 array in Verilator: every output equal to the
     integer reference."""
@@ -168,7 +169,8 @@ def _graph_models():
 # Measured end to end on 256 seeded inputs: residual 83.5% of codes equal, the rest within two
 # codes (one-code differences of each of its seven layers and two adds, carried through),
 # the same class on all; inception 96.7%, the rest one off.
-@pytest.mark.parametrize("name, equal", [("residual", 0.8), ("inception", 0.95)])
+@pytest.mark.parametrize("name, equal", [("residual", 0.8),
+                                         pytest.param("inception", 0.95, marks=pytest.mark.slow)])
 def test_graphs_import_with_adds_and_concatenations(name, equal, simulate_case):
     """XNNPACK quantizes residual adds and concatenations; they import as AddLayer and
     ConcatLayer in a graph, agree with PyTorch's execution within a code, and run exactly

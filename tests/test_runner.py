@@ -33,7 +33,9 @@ def test_copy_blocks_are_kept_and_also_run_at_start():
 WAVE_HEADERS = {"verilator": b"\x00", "icarus": b"$date", "ghdl": b"GHDLwave"}   # FST header block, VCD, GHW
 
 
-@pytest.mark.parametrize("simulator", SIMULATORS)
+# Verilator's traced build takes a minute: make test-all.
+@pytest.mark.parametrize("simulator", [pytest.param(s, marks=pytest.mark.slow) if s == "verilator" else s
+                                       for s in SIMULATORS])
 def test_waves_are_written_in_each_simulators_format(simulator, tmp_path):
     """``make sim WAVES=1``: FST on Verilator, VCD on Icarus, GHW on GHDL, where waves_path says."""
     case = random_case("mlp", AcceleratorConfig(rows=4, cols=4), count=1, seed=2)

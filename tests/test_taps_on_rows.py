@@ -229,7 +229,8 @@ def test_taps_on_rows_steps_match_the_schedule(config):
 # --- whole accelerators -------------------------------------------------------------------
 
 @pytest.mark.parametrize("rows, cols, simulator, batch", [
-    (4, 4, "verilator", 2), (3, 6, "verilator", 1), (8, 8, "verilator", 1),
+    (4, 4, "verilator", 2), (3, 6, "verilator", 1),
+    pytest.param(8, 8, "verilator", 1, marks=pytest.mark.slow),    # (8x8: the blocks and MobileNet in make test)
     (4, 4, "icarus", 1), (4, 8, "ghdl", 1)])
 def test_depthwise_net_matches_reference(simulate_case, rows, cols, simulator, batch):
     model = depthwise_model()
