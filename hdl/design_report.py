@@ -15,8 +15,9 @@ from hdl.gateware.pe import ProcessingElement
 from hdl.gateware.requantizer import Requantizer
 from hdl.gateware.window import WindowAddress
 
-#: Cycles of an op's start and drain beyond the array's rows and columns.
-OP_FIXED_OVERHEAD = (6 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY + Requantizer.LATENCY
+#: Cycles of an op's start and drain beyond the array's rows and columns (the 7 includes the
+#: step generator's start register).
+OP_FIXED_OVERHEAD = (7 + ActivationMemory.READ_LATENCY + WindowAddress.LATENCY + Requantizer.LATENCY
                      + ProcessingElement.LATENCY)
 
 

@@ -26,7 +26,7 @@ def test_dense_models_match_reference(model, rows, cols, simulator, simulate_cas
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
 # add at most a few cycles); these bounds catch a change that slows the schedule.
-CYCLE_BOUNDS = {("linear", 8, 8): 260, ("mlp", 8, 8): 154}     # measured 255 and 151, +2%
+CYCLE_BOUNDS = {("linear", 8, 8): 261, ("mlp", 8, 8): 156}     # measured 256 and 153, +2%
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))
@@ -152,17 +152,17 @@ def test_pytorch_default_qconfig_model_runs_exactly(simulate_case):
 # that takes more than 2% over its figure fails, and so does one 2% under it: then the
 # figures here are out of date and must follow the new schedule.
 PINNED_OP_CYCLES = {
-    ("lenet", 8, 8): [12848, 1627, 26928, 284, 7328, 6348, 174],
-    ("lenet", 4, 8): [22444, 1627, 49964, 284, 14044, 12644, 294],
-    ("stem", 8, 8): [8240, 2331], ("stem", 4, 8): [14380, 2331],
-    ("dwsep", 8, 8): [580, 560], ("dwsep", 4, 8): [832, 1068],
+    ("lenet", 8, 8): [12849, 1627, 26929, 284, 7329, 6349, 175],
+    ("lenet", 4, 8): [22445, 1627, 49965, 284, 14045, 12645, 295],
+    ("stem", 8, 8): [8241, 2331], ("stem", 4, 8): [14381, 2331],
+    ("dwsep", 8, 8): [580, 561], ("dwsep", 4, 8): [832, 1069],
     # MobileNetV1 0.25 (conv, then depthwise/pointwise pairs, average pooling, classifier)
     # and its first four blocks on 3x32x32.
     # Depthwise layers and the average pooling run taps-on-rows.
-    ("mobilenet", 8, 8): [9264, 4740, 4656, 2436, 4656, 4836, 9264, 1284, 4656, 2532, 9264, 708, 4656, 1380,
-                          9264, 1380, 9264, 1380, 9264, 1380, 9264, 1380, 9264, 420, 4656, 804, 9264, 164, 80],
-    ("mobilenet4", 8, 8): [1072, 580, 560, 324, 560, 612, 1072, 196, 560, 76, 56],
-    ("dscnn", 8, 8): [5048, 2116, 8048, 2116, 8048, 2116, 8048, 2116, 8048, 1048, 64],
+    ("mobilenet", 8, 8): [9265, 4740, 4657, 2436, 4657, 4836, 9265, 1284, 4657, 2532, 9265, 708, 4657, 1380,
+                          9265, 1380, 9265, 1380, 9265, 1380, 9265, 1380, 9265, 420, 4657, 804, 9265, 164, 81],
+    ("mobilenet4", 8, 8): [1073, 580, 561, 324, 561, 612, 1073, 196, 561, 76, 57],
+    ("dscnn", 8, 8): [5049, 2116, 8049, 2116, 8049, 2116, 8049, 2116, 8049, 1049, 65],
 }
 PINNED_TOLERANCE = 0.02
 
@@ -188,7 +188,7 @@ def test_pinned_cycle_check_fails_on_a_slower_op():
                              + [[40, 0], [18, 0]]}]              # the input load and the output
     check_pinned_cycles(("lenet", 8, 8), Report(1.0))
     check_pinned_cycles(("lenet", 8, 8), Report(1.019))
-    with pytest.raises(AssertionError, match="op 2: 27735 cycles"):
+    with pytest.raises(AssertionError, match="op 2: 27736 cycles"):
         check_pinned_cycles(("lenet", 8, 8), Report(1.03))
     with pytest.raises(AssertionError, match="update PINNED_OP_CYCLES"):
         check_pinned_cycles(("lenet", 8, 8), Report(0.97))

@@ -8,9 +8,8 @@ from tests.test_lowering import dense_model
 
 
 def _program():
-    """A dense layer on a 2x2 array with a 16-bit bus: one inference in about 44 cycles, so
-    the bound of 98 covers two back to back (the cover is reached in step 95; a bound of 95
-    does not reach it)."""
+    """A dense layer on a 2x2 array with a 16-bit bus: one inference in about 45 cycles, so
+    the bound of 98 covers two back to back (the cover is reached in step 97)."""
     model = dense_model(np.array([[3, -5], [7, 1]]), [10, -20], input_zero_point=4)
     return lower(model, AcceleratorConfig(rows=2, cols=2, accumulator_depth=2, input_bus_bits=16,
                                           accumulator_bits=17))
@@ -23,6 +22,7 @@ def test_handshakes_hold_for_every_trace(tmp_path):
 
 
 def test_a_false_property_is_reported(tmp_path):
-    outcome = prove(_program(), tmp_path, depth=48, broken=True)
+    # (The first output is taken in step 48: the false assertion fails there.)
+    outcome = prove(_program(), tmp_path, depth=50, broken=True)
     assert outcome["proved"] is False
     assert "Assert failed" in outcome["log"] and "covered" not in outcome

@@ -162,7 +162,13 @@ class StepGenerator(wiring.Component):
         end_of_k = end_of_ct & end_of_j & end_of_i
         end_of_m = last_block
         # Carries: each level advances when every level inside it wraps.
-        start = ~self.busy & self.start & ~p.taps_on_rows   # ignored until the last step has left
+        # The start, registered here (ignored until the last step has left): from the
+        # sequencer across the chip, it went on through the loops' ends into their
+        # counters in its own cycle, the default design's critical path at 102.5 MHz. The
+        # op's first step leaves a cycle later for it.
+        started = Signal(name="started")
+        m.d.sync += started.eq(~self.busy & self.start)
+        start = started & ~p.taps_on_rows
         next_pixel = running & ~end_of_block
         next_tap = running & end_of_block & ~end_of_k          # same block, next kt
         next_block = running & end_of_block & end_of_k & ~end_of_m
@@ -250,7 +256,7 @@ class StepGenerator(wiring.Component):
         with m.Elif(next_tile):
             m.d.sync += [nt_first.eq(nt_first + p.out_per_tile), nt_out.eq(nt_out + p.out_nt_step)]
 
-        return SimpleNamespace(running=running, start=start, nt=nt, kt=kt, i=i, j=j, ct_word=ct_word, ct_group=ct_group,
+        return SimpleNamespace(running=running, started=started, start=start, nt=nt, kt=kt, i=i, j=j, ct_word=ct_word, ct_group=ct_group,
                                nt_first=nt_first, nt_out=nt_out, pixel=m0 + cnt, cnt=cnt,
                                w_nt_base=w_nt_base, oy=oy, ox=ox, ibase=ibase, end_of_k=end_of_k)
 
@@ -312,7 +318,7 @@ class StepGenerator(wiring.Component):
                 m.d.comb += [self.steps.payload.act_addr.eq(folded.addr), self.steps.payload.lane.eq(folded.lane),
                              self.steps.payload.row_lo.eq(folded.row_lo), self.steps.payload.row_hi.eq(folded.row_hi),
                              self.steps.payload.pad.eq(folded.pad)]
-        busy = registered_busy(m, n.running | Cat(*valid).any(), n.start)
+        busy = registered_busy(m, n.started | n.running | Cat(*valid).any(), self.start)
         if self._taps_on_rows:
             m.submodules.taps_on_rows = taps = TapsOnRowsSteps(w, self._cfg, gemm_params_layout(w, self._cfg))
             m.d.comb += [taps.params.eq(p), taps.start.eq(self.start & p.taps_on_rows)]
