@@ -16,7 +16,7 @@ memory (no im2col copy); taps outside the input are flagged as padding.
 """
 from types import SimpleNamespace
 
-from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth import Cat, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -149,13 +149,15 @@ class StepGenerator(wiring.Component):
         # and the counters' resets were seven levels of logic in series.
         # The loops' last indices minus one, registered (the parameters hold still while an
         # op runs: they are first compared a cycle after it starts), and whether a loop has
-        # one index (taken at the start itself, from the parameters).
+        # one index, registered too: the parameters are valid from the cycle of ``start``,
+        # and the loops begin a cycle later, with ``started``.
         ct_before, j_before, i_before, nt_last = (
             Signal(w.tile, name="ct_before"), Signal(w.coord, name="j_before"),
             Signal(w.coord, name="i_before"), Signal(w.tile, name="nt_last"))
         m.d.sync += [ct_before.eq(p.ct_count - 2), j_before.eq(p.taps_w - 2), i_before.eq(g.kh - 2),
                      nt_last.eq(p.nt_count - 1)]
-        ct_single, j_single, i_single = p.ct_count == 1, p.taps_w == 1, g.kh == 1
+        ct_single, j_single, i_single = (Signal(name=n) for n in ("ct_single", "j_single", "i_single"))
+        m.d.sync += [ct_single.eq(p.ct_count == 1), j_single.eq(p.taps_w == 1), i_single.eq(g.kh == 1)]
         block_before, block_single, last_block, short_after = Signal(w.tile), Signal(), Signal(), Signal()
         end_of_block, end_of_ct, end_of_j, end_of_i = (Signal(name=n) for n in (
             "end_of_block", "end_of_ct", "end_of_j", "end_of_i"))
@@ -178,12 +180,17 @@ class StepGenerator(wiring.Component):
         # index minus one and whether it is 0 (one pixel: its end's flag from the start),
         # whether it is the op's last, the pixels after it and whether they are fewer than
         # ``p.block``. Both candidates, the op's first block and the one after this, are
-        # computed from registers and parameters alone; the carries only choose.
+        # computed from registers and parameters alone; the carries only choose. The
+        # first's are registers, taken from the parameters in the cycle of ``start``.
         def block_from(left, shorter):
             return {"len": Mux(shorter, left, p.block), "before": Mux(shorter, left - 2, p.block - 2),
                     "single": Mux(shorter, left == 1, p.block == 1), "last": left <= p.block,
                     "after": left - p.block, "short_after": left < (p.block << 1)}
-        first, later = block_from(p.pixels, p.pixels < p.block), block_from(left_after, short_after)
+        later = block_from(left_after, short_after)
+        first = {}
+        for key, value in block_from(p.pixels, p.pixels < p.block).items():
+            first[key] = Signal(Value.cast(value).shape(), name=f"first_{key}")
+            m.d.sync += first[key].eq(value)
         begin, fresh = start | next_tile | next_block, start | next_tile
         with m.If(begin):
             m.d.sync += [register.eq(Mux(fresh, first[key], later[key])) for key, register in (
