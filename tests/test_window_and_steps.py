@@ -105,7 +105,8 @@ def test_window_latency_is_exact():
     async def bench(ctx):
         ctx.set(dut.window, window_layout(w).const({k: g[k] for k in window_layout(w).members}))
         ctx.set(dut.tap, {"oy": 0, "ox": 0, "i": 0, "j": 0, "image_base": 0, "word": 0})
-        for _ in range(4):
+        # (Until then the pipeline holds its registers' initial values, not taps.)
+        for _ in range(WindowAddress.LATENCY):
             await ctx.tick()
         assert ctx.get(dut.addr) == 5
         ctx.set(dut.tap, {"oy": 2, "ox": 1, "i": 0, "j": 0, "image_base": 0, "word": 0})

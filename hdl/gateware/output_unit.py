@@ -62,8 +62,9 @@ class OutputUnit(wiring.Component):
         beat = Signal.like(self.beats.payload.values)
         beat_base = Signal(bits_for(words * lanes) + 1)    # index of the beat's first value
         # Argmax over the logits, in the beats that hold them: the beat's values loaded into
-        # the tournament's first level, each with whether it is a logit and its index; the
-        # best so far, across beats.
+        # the tournament's first level with their indices, the values that are not logits
+        # as the lowest code (they come after the logits, so that they lose every pair and
+        # never beat the best so far); the best so far, across beats.
         scanned = min(classes, wpb * lanes)
         contenders = [_Contender(bits, classes, f"logit{p}") for p in range(max(1, scanned))]
         best_value = Signal(signed(bits))
@@ -95,8 +96,9 @@ class OutputUnit(wiring.Component):
                     m.d.sync += [read_addr.eq(read_addr + 1), words_left.eq(words_left - 1), issued.eq(issued + 1)]
                 with m.Elif(slot == issued):                 # every word of the beat has landed
                     for p, contender in enumerate(contenders[:scanned]):
-                        m.d.sync += [contender.valid.eq(beat_base + p < classes),
-                                     contender.value.eq(beat[p * bits:(p + 1) * bits].as_signed()),
+                        m.d.sync += [contender.value.eq(Mux(beat_base + p < classes,
+                                                            beat[p * bits:(p + 1) * bits].as_signed(),
+                                                            sem.ACTIVATION_MIN)),
                                      contender.index.eq(beat_base + p)]
                     m.d.sync += scan_cycle.eq(0)
                     m.next = "SCAN" if classes else "SEND"
@@ -106,7 +108,7 @@ class OutputUnit(wiring.Component):
                     # later beat's must be strictly greater (its indices are higher).
                     m.d.sync += scan_cycle.eq(scan_cycle + 1)
                     with m.If(scan_cycle == rounds):
-                        with m.If(winner.valid & (winner.value > best_value)):
+                        with m.If(winner.value > best_value):
                             m.d.sync += [best_value.eq(winner.value), best_index.eq(winner.index)]
                         m.next = "SEND"
             with m.State("SEND"):
@@ -128,18 +130,18 @@ class OutputUnit(wiring.Component):
 
 
 class _Contender:
-    """A value in the argmax tournament: whether it is a logit, its value, its index."""
+    """A value in the argmax tournament and its index (registers without a reset: the
+    tournament is loaded before it is read)."""
 
     def __init__(self, bits: int, classes: int, name: str):
-        self.valid = Signal(name=f"{name}_valid")
-        self.value = Signal(signed(bits), name=f"{name}_value")
-        self.index = Signal(range(max(2, classes)), name=f"{name}_index")
+        self.value = Signal(signed(bits), name=f"{name}_value", reset_less=True)
+        self.index = Signal(range(max(2, classes)), name=f"{name}_index", reset_less=True)
 
 
 def _tournament(m, contenders, bits: int, classes: int):
     """Registered rounds of pairwise comparisons down to one winner; returns it and the
-    number of rounds. Of a pair, the first (lower index) wins ties and the invalid loses; an
-    odd one out goes on through a register, so every round is one cycle."""
+    number of rounds. Of a pair, the first (lower index) wins ties; an odd one out goes on
+    through a register, so every round is one cycle."""
     level, rounds = list(contenders), 0
     while len(level) > 1:
         following = []
@@ -148,12 +150,11 @@ def _tournament(m, contenders, bits: int, classes: int):
             node = _Contender(bits, classes, f"round{rounds}_{k // 2}")
             if len(pair) == 1:
                 first = pair[0]
-                m.d.sync += [node.valid.eq(first.valid), node.value.eq(first.value), node.index.eq(first.index)]
+                m.d.sync += [node.value.eq(first.value), node.index.eq(first.index)]
             else:
                 first, second = pair
-                take_first = first.valid & (~second.valid | (first.value >= second.value))
-                m.d.sync += [node.valid.eq(first.valid | second.valid),
-                             node.value.eq(Mux(take_first, first.value, second.value)),
+                take_first = first.value >= second.value
+                m.d.sync += [node.value.eq(Mux(take_first, first.value, second.value)),
                              node.index.eq(Mux(take_first, first.index, second.index))]
             following.append(node)
         level, rounds = following, rounds + 1

@@ -83,14 +83,16 @@ class WindowAddress(wiring.Component):
         coord_s = signed(w.coord + 1)
 
         s2 = _window_products(m, w, g, tap)
-        s2_i, s2_j, s2_base, s2_word = (delayed(m, v, 2, n) for v, n in (
-            (tap.i, "s2_i"), (tap.j, "s2_j"), (tap.image_base, "s2_base"), (tap.word, "s2_word")))
+        s2_base, s2_word = (delayed(m, v, 2, n) for v, n in ((tap.image_base, "s2_base"), (tap.word, "s2_word")))
+        rows = _kernel_offset(m, w, tap.i, g.ph, g.in_h, "y")
+        cols = _kernel_offset(m, w, tap.j, g.pw, g.in_w, "x")
 
-        iy, ix = Signal(coord_s), Signal(coord_s)
-        m.d.comb += [iy.eq(s2.oy_sh + s2_i - g.ph), ix.eq(s2.ox_sw + s2_j - g.pw)]
+        # Stage 3: the input row and column, and whether the tap is padding, each one adder
+        # or comparison against stage 2's registers.
         s3_iy, s3_ix, s3_pad = Signal(coord_s), Signal(coord_s), Signal()
-        m.d.sync += [s3_iy.eq(iy), s3_ix.eq(ix),
-                     s3_pad.eq((iy < 0) | (iy >= g.in_h) | (ix < 0) | (ix >= g.in_w))]
+        m.d.sync += [s3_iy.eq(s2.oy_sh - rows.below), s3_ix.eq(s2.ox_sw - cols.below),
+                     s3_pad.eq((s2.oy_sh < rows.below) | (s2.oy_sh >= rows.beyond)
+                               | (s2.ox_sw < cols.below) | (s2.ox_sw >= cols.beyond))]
 
         s5_row = pipelined_shift_add_product(m, s3_iy, g.in_w, w.pixel + 1, stages=2, name="s5_row")
         s5_ix, s5_base = delayed(m, s3_ix, 2, "s5_ix"), delayed(m, s2_base, 3, "s5_base")
@@ -107,6 +109,20 @@ class WindowAddress(wiring.Component):
         m.d.comb += [self.addr.eq(delayed(m, s9_addr, self.LATENCY - 9, "addr")),
                      self.pad.eq(delayed(m, s9_pad, self.LATENCY - 9, "pad"))]
         return m
+
+
+def _kernel_offset(m: Module, w: Widths, index, padding, size, axis: str):
+    """Stage 2's registers for a tap's input coordinate ``o * stride + index - padding`` along
+    one axis, from the kernel ``index`` a stage ahead: ``below = padding - index`` (the
+    coordinate is ``o * stride - below``, negative when ``o * stride < below``) and
+    ``beyond = size + padding - index`` (past the input when ``o * stride >= beyond``).
+    Stage 3 is then one adder or comparison each, not an adder and a comparison in series."""
+    shape = signed(w.coord + 3)
+    s1_index = delayed(m, index, 1, f"s1_{axis}_index")
+    size_padding = Signal(shape, name=f"{axis}_size_padding")     # the op's parameters hold still
+    below, beyond = Signal(shape, name=f"s2_{axis}_below"), Signal(shape, name=f"s2_{axis}_beyond")
+    m.d.sync += [size_padding.eq(size + padding), below.eq(padding - s1_index), beyond.eq(size_padding - s1_index)]
+    return SimpleNamespace(below=below, beyond=beyond)
 
 
 def _window_products(m: Module, w: Widths, g, tap):
@@ -152,16 +168,25 @@ class FoldedWindowAddress(wiring.Component):
         s2 = _window_products(m, w, g, tap)
         s1_off = Signal(elem_s)
         m.d.sync += s1_off.eq(shift_add_product(tap.j, rows, len(s1_off)))
-        s2_i, s2_base = delayed(m, tap.i, 2, "s2_i"), delayed(m, tap.image_base, 2, "s2_base")
+        s2_base = delayed(m, tap.image_base, 2, "s2_base")
+        rows_at = _kernel_offset(m, w, tap.i, g.ph, g.in_h, "y")
+        # The kernel row's taps inside the input are [left, right): with ix0 = ox * sw - pw,
+        # left = -ix0 where ix0 < 0 (ox * sw < pw), right = in_w - ix0 where that is below
+        # kw (ox * sw > in_w + pw - kw). The sums of parameters are registers (they hold
+        # still while an op runs).
+        shape = signed(w.coord + 3)
+        width_padding, right_limit = Signal(shape, name="width_padding"), Signal(shape, name="right_limit")
+        m.d.sync += [width_padding.eq(g.in_w + g.pw), right_limit.eq(g.in_w + g.pw - g.kw)]
 
-        # Stage 3: the kernel row's input row and first column, and the padding around it.
-        iy, ix0 = Signal(coord_s), Signal(coord_s)
-        m.d.comb += [iy.eq(s2.oy_sh + s2_i - g.ph), ix0.eq(s2.ox_sw - g.pw)]
+        # Stage 3: the kernel row's input row and first column, and the padding around it,
+        # each one adder or comparison and a selection.
+        ox_sw = s2.ox_sw
         s3_iy, s3_ix0, s3_pad = Signal(coord_s), Signal(coord_s), Signal()
         s3_left, s3_right = Signal(coord_s), Signal(coord_s)         # taps [left, right) are inside
-        m.d.sync += [s3_iy.eq(iy), s3_ix0.eq(ix0), s3_pad.eq((iy < 0) | (iy >= g.in_h)),
-                     s3_left.eq(Mux(ix0 < 0, -ix0, 0)),
-                     s3_right.eq(Mux(g.in_w - ix0 < g.kw, g.in_w - ix0, g.kw))]
+        m.d.sync += [s3_iy.eq(s2.oy_sh - rows_at.below), s3_ix0.eq(ox_sw - g.pw),
+                     s3_pad.eq((s2.oy_sh < rows_at.below) | (s2.oy_sh >= rows_at.beyond)),
+                     s3_left.eq(Mux(ox_sw < g.pw, g.pw - ox_sw, 0)),
+                     s3_right.eq(Mux(ox_sw > right_limit, width_padding - ox_sw, g.kw))]
         s3_base, s3_off = delayed(m, s2_base, 1, "s3_base"), delayed(m, s1_off, 2, "s3_off")
 
         # Stages 4-5: iy * in_w, and the inside taps' extent in elements.
