@@ -16,7 +16,7 @@ memory (no im2col copy); taps outside the input are flagged as padding.
 """
 from types import SimpleNamespace
 
-from amaranth import Cat, Module, Mux, Signal, Value, unsigned
+from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -156,8 +156,8 @@ class StepGenerator(wiring.Component):
             Signal(w.coord, name="i_before"), Signal(w.tile, name="nt_last"))
         m.d.sync += [ct_before.eq(p.ct_count - 2), j_before.eq(p.taps_w - 2), i_before.eq(g.kh - 2),
                      nt_last.eq(p.nt_count - 1)]
-        ct_single, j_single, i_single = (Signal(name=n) for n in ("ct_single", "j_single", "i_single"))
-        m.d.sync += [ct_single.eq(p.ct_count == 1), j_single.eq(p.taps_w == 1), i_single.eq(g.kh == 1)]
+        ct_single, j_single, i_single = (delayed(m, value, 1, name) for value, name in (
+            (p.ct_count == 1, "ct_single"), (p.taps_w == 1, "j_single"), (g.kh == 1, "i_single")))
         block_before, block_single, last_block, short_after = Signal(w.tile), Signal(), Signal(), Signal()
         end_of_block, end_of_ct, end_of_j, end_of_i = (Signal(name=n) for n in (
             "end_of_block", "end_of_ct", "end_of_j", "end_of_i"))
@@ -187,10 +187,8 @@ class StepGenerator(wiring.Component):
                     "single": Mux(shorter, left == 1, p.block == 1), "last": left <= p.block,
                     "after": left - p.block, "short_after": left < (p.block << 1)}
         later = block_from(left_after, short_after)
-        first = {}
-        for key, value in block_from(p.pixels, p.pixels < p.block).items():
-            first[key] = Signal(Value.cast(value).shape(), name=f"first_{key}")
-            m.d.sync += first[key].eq(value)
+        first = {key: delayed(m, value, 1, f"first_{key}")
+                 for key, value in block_from(p.pixels, p.pixels < p.block).items()}
         begin, fresh = start | next_tile | next_block, start | next_tile
         with m.If(begin):
             m.d.sync += [register.eq(Mux(fresh, first[key], later[key])) for key, register in (

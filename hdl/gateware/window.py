@@ -174,9 +174,8 @@ class FoldedWindowAddress(wiring.Component):
         # left = -ix0 where ix0 < 0 (ox * sw < pw), right = in_w - ix0 where that is below
         # kw (ox * sw > in_w + pw - kw). The sums of parameters are registers (they hold
         # still while an op runs).
-        shape = signed(w.coord + 3)
-        width_padding, right_limit = Signal(shape, name="width_padding"), Signal(shape, name="right_limit")
-        m.d.sync += [width_padding.eq(g.in_w + g.pw), right_limit.eq(g.in_w + g.pw - g.kw)]
+        width_padding = delayed(m, g.in_w + g.pw, 1, "width_padding")
+        right_limit = delayed(m, g.in_w + g.pw - g.kw, 1, "right_limit")
 
         # Stage 3: the kernel row's input row and first column, and the padding around it,
         # each one adder or comparison and a selection.
