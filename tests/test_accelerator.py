@@ -41,6 +41,7 @@ def test_cycles_per_inference_stay_within_bound(model, rows, cols, simulate_case
     assert all(r["busy_steps"] == steps for r in report.results)
 
 
+@pytest.mark.slow      # (38 s; make test runs the VHDL on GHDL against the reference in test_concat and test_taps_on_rows)
 def test_ghdl_vhdl_matches_verilator_verilog_exactly(simulate_case):
     """The VHDL back end's output on GHDL: same outputs and same cycle counts as the
     Verilog on Verilator, under the same seeded valid gaps and back-pressure."""
@@ -233,7 +234,10 @@ def test_hundred_held_out_digits_through_lenet(simulate_case):
     assert accuracy >= 0.9, f"hardware accuracy on 100 held-out digits {accuracy:.2%}"
 
 
-@pytest.mark.parametrize("model, rows, cols, batch", [("mlp", 4, 8, 3), pytest.param("stem", 8, 8, 2, marks=pytest.mark.slow)])
+# Both in make test-all (38 s and 44 s); make test runs batches through the residual graph
+# (Verilator, 4x8, batch 2) and the depthwise net (4x4, batch 2).
+@pytest.mark.parametrize("model, rows, cols, batch", [pytest.param("mlp", 4, 8, 3, marks=pytest.mark.slow),
+                                                      pytest.param("stem", 8, 8, 2, marks=pytest.mark.slow)])
 def test_batches_match_reference(model, rows, cols, batch, simulate_case):
     """Several inputs per inference: dense layers reuse each weight tile over the batch,
     convolutions and pooling walk image after image."""
