@@ -136,7 +136,6 @@ def test_activation_memory_reader_selection_and_write_priority(chunk_entries):
     stats = {"collisions": 0, "partial": 0, "reads": {r: 0 for r in Reader}}
 
     latency = ActivationMemory.WRITE_LATENCY
-    assert latency == 2                     # (the collision below is the write of the cycle before)
 
     def apply(winner):
         addr, data, enables = winner
@@ -152,8 +151,8 @@ def test_activation_memory_reader_selection_and_write_priority(chunk_entries):
             reader = list(Reader)[int(rng.integers(3))]
             ctx.set(dut.reader, reader)
             addrs = {r: int(rng.integers(depth)) for r in Reader}
-            # A read the cycle after a write of one of its words is left unspecified.
-            previous = [w for at, w in in_flight if at == t - 1 and w is not None]
+            # A read a cycle before a write of one of its words is visible is left unspecified.
+            previous = [w for at, w in in_flight if at == t - (latency - 1) and w is not None]
             while previous and addrs[reader] <= previous[0][0] < addrs[reader] + 4:
                 addrs[reader] = (addrs[reader] + 4) % depth
             for r, port in readers.items():

@@ -71,10 +71,12 @@ class ActivationMemory(wiring.Component):
     #: Cycles from a read's address to its data: a register of each bank's address, the
     #: block RAM's, a register of its data, then a register of the words in read order.
     READ_LATENCY = 4
+    #: Registers of each write port, before the selection among writers.
+    PORT_REGISTERS = 2
     #: Cycles from a write at its port to the first read (its address at a read port) that
-    #: sees it: the port's register and the bank's. A read a cycle earlier collides with
+    #: sees it: the port's registers and the bank's. A read a cycle earlier collides with
     #: it (what it returns is unspecified); one earlier still reads the old word.
-    WRITE_LATENCY = 2
+    WRITE_LATENCY = PORT_REGISTERS + 1
     #: Entries of a bank's chunk: the depth of an ECP5 block RAM at its widest (512 x 36).
     CHUNK_ENTRIES = 512
 
@@ -118,17 +120,23 @@ class ActivationMemory(wiring.Component):
                                   data=Signal(word, name=f"bank{index}_wdata"),
                                   en=Signal(self._lanes, name=f"bank{index}_wen")) for index in range(BANKS)]
 
-        # Each writer's port is registered here, beside the banks, before the selection
-        # and the bank addresses' adders: from the pool engine's write register across the
-        # chip through those to the chunks' write enables was the default design's critical
-        # path at 100.3 MHz. (No reset but the valid bit's.)
+        # Each writer's port is registered twice, with nothing between the two registers,
+        # before the selection and the bank addresses' adders: the placer puts a register
+        # beside its source when logic follows it, so with one register the route across
+        # the chip and that logic were still one cycle (the writer's register -> 4 ns of
+        # route -> a bank address adder -> a chunk's write enable, the default design's
+        # critical path at 94.4 MHz). With two, the route has a cycle of its own. (No reset
+        # but the valid bits'.)
         writers = []
         for name in self.WRITERS:
             port = getattr(self, name)
-            held = SimpleNamespace(valid=Signal(name=f"{name}_valid"),
-                                   payload=Signal.like(port.payload, name=f"{name}_payload", reset_less=True))
-            m.d.sync += [held.valid.eq(port.valid), held.payload.eq(port.payload)]
-            writers.append(held)
+            for stage in range(self.PORT_REGISTERS):
+                held = SimpleNamespace(valid=Signal(name=f"{name}_valid{stage}"),
+                                       payload=Signal.like(port.payload, name=f"{name}_payload{stage}",
+                                                           reset_less=True))
+                m.d.sync += [held.valid.eq(port.valid), held.payload.eq(port.payload)]
+                port = held
+            writers.append(port)
         for index, writer in enumerate(writers):
             cond = m.If if index == 0 else m.Elif
             with cond(writer.valid):
