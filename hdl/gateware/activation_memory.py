@@ -13,7 +13,7 @@ checks it on whole inferences).
 """
 from types import SimpleNamespace
 
-from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -71,12 +71,11 @@ class ActivationMemory(wiring.Component):
     #: Cycles from a read's address to its data: a register of each bank's address, the
     #: block RAM's, a register of its data, then a register of the words in read order.
     READ_LATENCY = 4
-    #: Registers of each write port, before the selection among writers.
-    PORT_REGISTERS = 2
     #: Cycles from a write at its port to the first read (its address at a read port) that
-    #: sees it: the port's registers and the bank's. A read a cycle earlier collides with
-    #: it (what it returns is unspecified); one earlier still reads the old word.
-    WRITE_LATENCY = PORT_REGISTERS + 1
+    #: sees it: the port's register, the bank's (after the selection among writers and the
+    #: bank addresses) and the chunks'. A read a cycle earlier collides with it (what it
+    #: returns is unspecified); one earlier still reads the old word.
+    WRITE_LATENCY = 3
     #: Entries of a bank's chunk: the depth of an ECP5 block RAM at its widest (512 x 36).
     CHUNK_ENTRIES = 512
 
@@ -120,23 +119,15 @@ class ActivationMemory(wiring.Component):
                                   data=Signal(word, name=f"bank{index}_wdata"),
                                   en=Signal(self._lanes, name=f"bank{index}_wen")) for index in range(BANKS)]
 
-        # Each writer's port is registered twice, with nothing between the two registers,
-        # before the selection and the bank addresses' adders: the placer puts a register
-        # beside its source when logic follows it, so with one register the route across
-        # the chip and that logic were still one cycle (the writer's register -> 4 ns of
-        # route -> a bank address adder -> a chunk's write enable, the default design's
-        # critical path at 94.4 MHz). With two, the route has a cycle of its own. (No reset
-        # but the valid bits'.)
+        # Each writer's port is registered here, before the selection and the bank
+        # addresses' adders. (No reset but the valid bits'.)
         writers = []
         for name in self.WRITERS:
             port = getattr(self, name)
-            for stage in range(self.PORT_REGISTERS):
-                held = SimpleNamespace(valid=Signal(name=f"{name}_valid{stage}"),
-                                       payload=Signal.like(port.payload, name=f"{name}_payload{stage}",
-                                                           reset_less=True))
-                m.d.sync += [held.valid.eq(port.valid), held.payload.eq(port.payload)]
-                port = held
-            writers.append(port)
+            held = SimpleNamespace(valid=Signal(name=f"{name}_valid"),
+                                   payload=Signal.like(port.payload, name=f"{name}_payload", reset_less=True))
+            m.d.sync += [held.valid.eq(port.valid), held.payload.eq(port.payload)]
+            writers.append(held)
         for index, writer in enumerate(writers):
             cond = m.If if index == 0 else m.Elif
             with cond(writer.valid):
@@ -175,16 +166,28 @@ class ActivationMemory(wiring.Component):
         for index, (bank, wr, rd_addr) in enumerate(zip(chunks, writes, bank_addr)):
             chunk_data = [Signal(word, name=f"bank{index}_chunk{number}_data", reset_less=True)
                           for number in range(len(bank))]
-            # A write is registered again before it leaves for the bank's block RAMs (two
-            # cycles after its port: no reader reads a word that soon after its write), so
-            # that the writers' logic and the long wires to the block RAMs are a cycle each.
+            # A write is registered twice more before it reaches the bank's block RAMs: the
+            # bank's write, with the chunk it goes to decoded (a register a chunk), after
+            # the selection and the adders; then the chunks' address, data and enables, the
+            # enables from those registers by one gate. The block RAMs of a bank lie across
+            # the chip, and the route to them took a cycle with the logic before it: from
+            # the port's register through the adder to a chunk's enable was the default
+            # design's critical path at 94.4 MHz (3.5 ns of route, then 1.4 ns more, then
+            # the adder and three gates). Now each route leaves a register and ends at a
+            # register or within one gate of one.
+            bank_addr_w = Signal(range(depth), name=f"bank{index}_staged_addr", reset_less=True)
+            bank_data_w = Signal(word, name=f"bank{index}_staged_data", reset_less=True)
+            bank_en_w = Signal(self._lanes, name=f"bank{index}_staged_en")
+            to_chunk = Signal(len(bank), name=f"bank{index}_staged_chunk", reset_less=True)
+            m.d.sync += [bank_addr_w.eq(wr.addr), bank_data_w.eq(wr.data), bank_en_w.eq(wr.en),
+                         to_chunk.eq(1 if len(bank) == 1 else Const(1, len(bank)) << wr.addr[chunk_bits:])]
             write_addr = Signal(range(depth), name=f"bank{index}_write_addr", reset_less=True)
             write_data = Signal(word, name=f"bank{index}_write_data", reset_less=True)
-            m.d.sync += [write_addr.eq(wr.addr), write_data.eq(wr.data)]
+            m.d.sync += [write_addr.eq(bank_addr_w), write_data.eq(bank_data_w)]
             for number, (chunk, data_reg) in enumerate(zip(bank, chunk_data)):
                 write, read = chunk.write_port(granularity=self._data_bits), chunk.read_port()
                 enable = Signal(self._lanes, name=f"bank{index}_chunk{number}_write_en")
-                m.d.sync += enable.eq(wr.en if len(bank) == 1 else Mux(wr.addr[chunk_bits:] == number, wr.en, 0))
+                m.d.sync += enable.eq(Mux(to_chunk[number], bank_en_w, 0))
                 m.d.comb += [write.addr.eq(write_addr), write.data.eq(write_data), write.en.eq(enable),
                              read.addr.eq(rd_addr)]
                 m.d.sync += data_reg.eq(read.data)

@@ -171,10 +171,17 @@ class StepGenerator(wiring.Component):
         started = Signal(name="started")
         m.d.sync += started.eq(~self.busy & self.start)
         start = started & ~p.taps_on_rows
+        # Each carry, and each counter's reset and advance below, is written as the fewest
+        # flags that decide it (an advance is looked at only when its reset is low), so
+        # that each is two levels of logic: with the carries written in series, the path
+        # from ``running`` to the channel tile's reset was five, the step generator's
+        # critical path alone (119 MHz).
+        at_end = Signal(name="at_block_end")
+        m.d.comb += at_end.eq(running & end_of_block)
         next_pixel = running & ~end_of_block
-        next_tap = running & end_of_block & ~end_of_k          # same block, next kt
-        next_block = running & end_of_block & end_of_k & ~end_of_m
-        next_tile = running & end_of_block & end_of_k & end_of_m
+        next_tap = at_end & ~end_of_k                          # same block, next kt
+        next_block = at_end & end_of_k & ~end_of_m
+        next_tile = at_end & end_of_k & end_of_m
 
         # A block begins: its length (``p.block``, or the pixels left if fewer), its last
         # index minus one and whether it is 0 (one pixel: its end's flag from the start),
@@ -200,11 +207,13 @@ class StepGenerator(wiring.Component):
             m.d.sync += end_of_block.eq(cnt == block_before)
 
         # The reduction's counters ct, j, i: reset, advanced or held (as below).
-        restart = start | next_block | next_tile
-        ct_wraps, j_wraps = next_tap & end_of_ct, next_tap & end_of_ct & end_of_j
-        end_flag(m, end_of_ct, ct, ct_before, ct_single, reset=restart | ct_wraps, advance=next_tap)
-        end_flag(m, end_of_j, j, j_before, j_single, reset=restart | j_wraps, advance=ct_wraps)
-        end_flag(m, end_of_i, i, i_before, i_single, reset=restart, advance=j_wraps)
+        # (Each counter resets when the block ends and every loop inside it wraps, or at
+        # the start; else advances when the block ends and the loops inside it wrap.)
+        restart = start | (at_end & end_of_k)
+        ct_reset, j_reset = start | (at_end & end_of_ct), start | (at_end & end_of_ct & end_of_j)
+        end_flag(m, end_of_ct, ct, ct_before, ct_single, reset=ct_reset, advance=at_end)
+        end_flag(m, end_of_j, j, j_before, j_single, reset=j_reset, advance=at_end & end_of_ct)
+        end_flag(m, end_of_i, i, i_before, i_single, reset=restart, advance=at_end & end_of_ct & end_of_j)
 
         # Next raster position after (oy, ox), into the next image after the last row.
         next_oy, next_ox = Signal(w.coord), Signal(w.coord)
@@ -226,9 +235,9 @@ class StepGenerator(wiring.Component):
             m.d.sync += cnt.eq(cnt + 1)
 
         # The reduction: kt counts (i, j, ct) in that nesting.
-        with m.If(start | next_block | next_tile):
+        with m.If(restart):
             m.d.sync += [kt.eq(0), ct.eq(0), i.eq(0), j.eq(0)]
-        with m.Elif(next_tap):
+        with m.Elif(at_end):
             m.d.sync += kt.eq(kt + 1)
             with m.If(~end_of_ct):
                 m.d.sync += ct.eq(ct + 1)
@@ -236,9 +245,8 @@ class StepGenerator(wiring.Component):
                 m.d.sync += [ct.eq(0), j.eq(j + 1)]
             with m.Else():
                 m.d.sync += [ct.eq(0), j.eq(0), i.eq(i + 1)]
-        self._word_and_group(m, ct_group, ct_word, self._in_groups, advance=next_tap & ~end_of_ct,
-                             reset=start | next_block | next_tile | (next_tap & end_of_ct),
-                             split_words=p.split_words)
+        self._word_and_group(m, ct_group, ct_word, self._in_groups, advance=at_end & ~end_of_ct,
+                             reset=ct_reset, split_words=p.split_words)
 
         # Pixels: the raster walk, restarted at the block's first pixel for every kt.
         with m.If(start | next_tile):
