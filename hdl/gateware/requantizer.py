@@ -7,7 +7,7 @@ Implements ``requantize_half_up`` of :mod:`pytorch_ref.ir.integer_semantics`, la
 with the exact 64-bit product and an arithmetic shift (round half towards +infinity).
 ReLU is the clamp's lower bound.
 """
-from amaranth import Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,13 +36,14 @@ DSP_UNSIGNED_BITS = 17
 class Requantizer(wiring.Component):
     """``lanes`` int32 accumulators in, ``lanes`` int8 codes out, :attr:`LATENCY` cycles later.
 
-    Seven pipeline stages, each short enough for the clock: the inputs registered, three
-    for the exact product, then the rounding constant, the arithmetic shift, then zero
-    point and clamp. The
-    product takes ``multipliers``: ``"logic"``, an adder tree of the accumulator shifted
-    by the multiplier's set bits, cut in three; or ``"dsp"``, one DSP multiplier a lane for
-    the largest partial product and two smaller adder trees for the rest (see
-    :meth:`_dsp_product`). ``accumulator_bits`` need only be as wide as the sums can be:
+    Ten pipeline stages, each at most one adder (or one multiplexer of eight) deep: the
+    inputs registered, four for the product's partial products, two to sum them with the
+    rounding constant, two for the arithmetic shift, then zero point and clamp. The partial products take ``multipliers``:
+    ``"logic"``, an adder tree of the accumulator shifted by the multiplier's set bits; or
+    ``"dsp"``, one DSP multiplier a lane for the largest partial product and two smaller
+    adder trees for the rest (see :meth:`_dsp_terms`). (With two adder levels a stage, in
+    seven stages, the trees' first stage was the requantizer's critical path alone, 121
+    MHz.) ``accumulator_bits`` need only be as wide as the sums can be:
     the narrower, the smaller the trees (18 bits or fewer: one tree).
 
     Members
@@ -51,7 +52,9 @@ class Requantizer(wiring.Component):
     ``i_acc``. ``i_tag`` is carried alongside (e.g. the destination address).
     o_valid, o_data, o_tag: Out, registered.
     """
-    LATENCY = 7
+    LATENCY = 10
+    #: Stages of the partial products' adder trees (one adder level each, or near).
+    TREE_STAGES = 4
 
     def __init__(self, lanes: int, accumulator_bits: int, data_bits: int, tag_layout,
                  multipliers: str = "dsp"):
@@ -89,28 +92,40 @@ class Requantizer(wiring.Component):
         clamp_min_6 = delay_line(m, p.clamp_min, self.LATENCY - 3, "clamp_min")[-1]
         clamp_max_6 = delay_line(m, p.clamp_max, self.LATENCY - 3, "clamp_max")[-1]
         for lane in range(self._lanes):
-            shift = delay_line(m, p.shift[lane], 4, f"shift{lane}")
-            # 2-4: the exact product.
+            shift = delay_line(m, p.shift[lane], 7, f"shift{lane}")
+            # 2-5: the partial products, whose sum is the exact product.
             if self._multipliers == "dsp":
-                product = self._dsp_product(m, acc[lane], p.multiplier[lane], self.i_acc[lane],
-                                             self.i_params.multiplier[lane], lane, product_bits)
+                terms = self._dsp_terms(m, acc[lane], p.multiplier[lane], self.i_acc[lane],
+                                        self.i_params.multiplier[lane], lane, product_bits)
             else:
                 # The multiplier is never negative (the semantics' range): its low bits suffice.
-                product = pipelined_shift_add_product(
+                terms = [(pipelined_shift_add_product(
                     m, acc[lane], Value.cast(p.multiplier[lane])[:MULTIPLIER_BITS - 1], product_bits,
-                    stages=3, name=f"product{lane}")
-            # 5: add 2**(shift-1), so that the shift rounds half up. (Wide enough for the
-            # largest shift even when the product is narrower: a narrow accumulator.)
-            # The constant is registered a stage ahead, from the shift alone: decoded in the
-            # adder's own stage it was the default design's critical path at 93.4 MHz.
+                    stages=self.TREE_STAGES, name=f"product{lane}"), 0)]
+            # 6-7: their sum and 2**(shift-1), so that the shift rounds half up, a level of
+            # adders a stage. (Wide enough for the largest shift even when the product is
+            # narrower: a narrow accumulator.) The constant is registered a stage ahead,
+            # from the shift alone: decoded in the adder's own stage it was the default
+            # design's critical path at 93.4 MHz.
             rounding = Signal(unsigned(rounding_bits), name=f"half{lane}", reset_less=True)
-            m.d.sync += rounding.eq(Const(1, rounding_bits) << (shift[2] - 1)[:SHIFT_BITS])
+            m.d.sync += rounding.eq(Const(1, rounding_bits) << (shift[3] - 1)[:SHIFT_BITS])
+            terms.append((rounding, 0))
+            pairs = []
+            for n in range(0, len(terms), 2):
+                value = sum(term << at for term, at in terms[n:n + 2])
+                pair = Signal(value.shape(), name=f"sum{lane}_{n // 2}", reset_less=True)
+                m.d.sync += pair.eq(value)
+                pairs.append(pair)
+            assert len(pairs) <= 2, "the sum takes two stages: at most four terms"
             biased = Signal(signed(max(product_bits, rounding_bits) + 1), name=f"biased{lane}")
-            m.d.sync += biased.eq(product + rounding)
-            # 6: arithmetic shift.
+            m.d.sync += biased.eq(sum(pairs))
+            # 8-9: the arithmetic shift, by the shift's multiple of 8, then by the rest (in
+            # one stage, its multiplexers were the requantizer's critical path alone, 128.5 MHz).
+            coarse = Signal(signed(len(biased)), name=f"coarse{lane}", reset_less=True)
+            m.d.sync += coarse.eq(biased >> Cat(Const(0, 3), shift[6][3:]))
             rounded = Signal(signed(product_bits), name=f"rounded{lane}")
-            m.d.sync += rounded.eq(biased >> shift[4])
-            # 7: zero point and clamp (ReLU is the lower bound), on the low bits only. With
+            m.d.sync += rounded.eq(coarse >> shift[7][:3])
+            # 10: zero point and clamp (ReLU is the lower bound), on the low bits only. With
             # d = data_bits, a ``rounded`` outside d + 1 signed bits is beyond either clamp
             # whatever the zero point: >= 2**d gives >= 2**d - 2**(d-1) > clamp_max, and
             # < -2**d gives < -2**(d-1) <= clamp_min. So its sign alone picks the clamp,
@@ -145,11 +160,12 @@ class Requantizer(wiring.Component):
                 m.d.sync += out.eq(with_zp)
         return m
 
-    def _dsp_product(self, m, acc, multiplier, acc_in, multiplier_in, lane: int, product_bits: int):
-        """Stages 2-4 of ``acc * multiplier`` with one DSP multiplier: the 17 bits of the accumulator below its top
-        ones (all of it when it fits 18 signed bits) times the multiplier's top 17 bits on the
-        DSP (product registered twice), the rest as two pipelined shift-add trees, then the
-        sum of the three. ``acc`` and ``multiplier`` are stage 1's registers, ``acc_in`` and
+    def _dsp_terms(self, m, acc, multiplier, acc_in, multiplier_in, lane: int, product_bits: int) -> list:
+        """Stages 2-5 of ``acc * multiplier`` with one DSP multiplier: the terms ``(value,
+        shift)`` whose sum is the product. The 17 bits of the accumulator below its top
+        ones (all of it when it fits 18 signed bits) times the multiplier's top 17 bits on
+        the DSP (product registered there, then in the fabric), the rest as two pipelined
+        shift-add trees. ``acc`` and ``multiplier`` are stage 1's registers, ``acc_in`` and
         ``multiplier_in`` the inputs they take: the DSP's operands have registers of their
         own, which drive nothing else (as the product's register), so that the estimate moves
         them into the MULT18X18D (:func:`hdl.tools.fpga_estimate.pack_dsp_registers`; shared
@@ -168,24 +184,24 @@ class Requantizer(wiring.Component):
         m_hi, m_lo = multiplier[k:], multiplier[:k]
         wide = self._acc_bits > DSP_UNSIGNED_BITS + 1
         a_lo = acc[:DSP_UNSIGNED_BITS] if wide else acc
-        # The DSP: its operands' registers, the product's, then one more in the fabric.
+        # The DSP: its operands' registers, the product's, then the fabric's up to stage 5.
         dsp_a = Signal(a_lo.shape(), name=f"dsp_a{lane}", reset_less=True)
         dsp_b = Signal(m_hi.shape(), name=f"dsp_b{lane}", reset_less=True)
         in_lo = Value.cast(acc_in)[:DSP_UNSIGNED_BITS] if wide else Value.cast(acc_in)
         m.d.sync += [dsp_a.eq(in_lo), dsp_b.eq(Value.cast(multiplier_in)[:MULTIPLIER_BITS - 1][k:])]
         on_dsp = Signal(signed(len(a_lo) + len(m_hi) + 1), name=f"on_dsp{lane}", reset_less=True)
         m.d.sync += on_dsp.eq(dsp_a * dsp_b)
-        on_dsp2 = Signal.like(on_dsp, name=f"on_dsp{lane}_r", reset_less=True)
-        m.d.sync += on_dsp2.eq(on_dsp)
-        terms = [(on_dsp2, k)]
-        # Logic: the rest, two stages each.
-        low = pipelined_shift_add_product(m, acc, m_lo, product_bits, stages=2, name=f"low{lane}")
-        terms.append((low, 0))
+        for stage in range(self.TREE_STAGES - 1):
+            registered = Signal.like(on_dsp, name=f"on_dsp{lane}_r{stage + 1}", reset_less=True)
+            m.d.sync += registered.eq(on_dsp)
+            on_dsp = registered
+        terms = [(on_dsp, k)]
+        # Logic: the rest.
+        terms.append((pipelined_shift_add_product(m, acc, m_lo, product_bits, stages=self.TREE_STAGES,
+                                                  name=f"low{lane}"), 0))
         if wide:
             a_hi = acc[DSP_UNSIGNED_BITS:].as_signed()
-            high = pipelined_shift_add_product(m, a_hi, m_hi, product_bits - k - DSP_UNSIGNED_BITS,
-                                               stages=2, name=f"high{lane}")
-            terms.append((high, k + DSP_UNSIGNED_BITS))
-        product = Signal(signed(product_bits), name=f"product{lane}")
-        m.d.sync += product.eq(sum(term << at for term, at in terms))
-        return product
+            terms.append((pipelined_shift_add_product(m, a_hi, m_hi, product_bits - k - DSP_UNSIGNED_BITS,
+                                                      stages=self.TREE_STAGES, name=f"high{lane}"),
+                          k + DSP_UNSIGNED_BITS))
+        return terms
