@@ -218,7 +218,7 @@ def _check_pool_ops(program, layers, seed):
             spans = [(p * c + q * per_read, p * c + min(c, (q + 1) * per_read))
                      for p in range(op.dest.pixels) for q in range(op.reads_per_pixel)]
             assert len(writes) == sum((end - 1) // bank - start // bank + 1 for start, end in spans)
-            assert op.steps <= cycles <= op.steps + 7 + PoolEngine.TAP_LATENCY + WindowAddress.LATENCY, \
+            assert op.steps <= cycles <= op.steps + 8 + PoolEngine.TAP_LATENCY + WindowAddress.LATENCY, \
                 f"{op.name}: {cycles} cycles for {op.steps} reads"
         else:
             want = _lanewise_pool(before, op, bank)
@@ -229,8 +229,8 @@ def _check_pool_ops(program, layers, seed):
                 assert data == want[addr], f"{op.name}: word {addr}: expected {want[addr]}, got {data}"
             assert all(after[a] == before[a] for a in range(len(before)) if a not in want)
             # One read a cycle, no stalls: the op takes its reads plus the pipeline's depth (and
-            # the busy register's cycle).
-            assert op.steps <= cycles <= op.steps + 8 + PoolEngine.TAP_LATENCY + WindowAddress.LATENCY, \
+            # the start and busy registers' cycles).
+            assert op.steps <= cycles <= op.steps + 9 + PoolEngine.TAP_LATENCY + WindowAddress.LATENCY, \
                 f"{op.name}: {cycles} cycles for {op.steps} reads"
         # The channels against the integer reference (PyTorch max-pool, -128 padding).
         layer = next(l for l in layers if l.name == op.name)

@@ -118,7 +118,14 @@ class PoolEngine(wiring.Component):
         # Counters, innermost first: tap (i, j), read q of the pixel's channels, pixel.
         next_read = running & last_tap
         next_pixel = next_read & last_read
-        start = ~self.busy & self.start                     # ignored until the last write
+        # The start, registered here (ignored until the last write): gated by ``busy`` in
+        # its own cycle, the sequencer's start register, the route to this engine, the gate
+        # and the loops' resets were one cycle (after busy's round trip through a gate the
+        # placer put beside the sequencer: the default design's critical path at 96.0 MHz).
+        # The op's first read leaves a cycle later for it.
+        started = Signal(name="started")
+        m.d.sync += started.eq(~self.busy & self.start)
+        start = started
         # The last indices minus one, registered: the parameters hold still while an op
         # runs (first compared a cycle after it starts).
         i_before, q_before, ox_before, oy_before = (Signal(w.coord, name=n) for n in (
@@ -225,7 +232,7 @@ class PoolEngine(wiring.Component):
             m.d.sync += queue[-1].lanes.eq(0)
         m.d.comb += [self.write.valid.eq(queue[0].lanes.any()), self.write.payload.eq(queue[0])]
         activity = running | Cat(*(t.valid for t in tags)).any() | done | Cat(*(e.lanes for e in queue)).any()
-        m.d.comb += self.busy.eq(registered_busy(m, activity, start))
+        m.d.comb += self.busy.eq(registered_busy(m, activity | started, self.start))
         return m
 
 
