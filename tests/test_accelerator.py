@@ -26,7 +26,7 @@ def test_dense_models_match_reference(model, rows, cols, simulator, simulate_cas
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
 # add at most a few cycles); these bounds catch a change that slows the schedule.
-CYCLE_BOUNDS = {("linear", 8, 8): 261, ("mlp", 8, 8): 156}     # measured 256 and 153, +2%
+CYCLE_BOUNDS = {("linear", 8, 8): 264, ("mlp", 8, 8): 162}     # measured 259 and 159, +2%
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))
@@ -153,17 +153,17 @@ def test_pytorch_default_qconfig_model_runs_exactly(simulate_case):
 # that takes more than 2% over its figure fails, and so does one 2% under it: then the
 # figures here are out of date and must follow the new schedule.
 PINNED_OP_CYCLES = {
-    ("lenet", 8, 8): [12849, 1627, 26929, 284, 7329, 6349, 175],
-    ("lenet", 4, 8): [22445, 1627, 49965, 284, 14045, 12645, 295],
-    ("stem", 8, 8): [8241, 2331], ("stem", 4, 8): [14381, 2331],
-    ("dwsep", 8, 8): [580, 561], ("dwsep", 4, 8): [832, 1069],
+    ("lenet", 8, 8): [12852, 1628, 26932, 285, 7332, 6352, 178],
+    ("lenet", 4, 8): [22448, 1628, 49968, 285, 14048, 12648, 298],
+    ("stem", 8, 8): [8244, 2332], ("stem", 4, 8): [14384, 2332],
+    ("dwsep", 8, 8): [583, 564], ("dwsep", 4, 8): [835, 1072],
     # MobileNetV1 0.25 (conv, then depthwise/pointwise pairs, average pooling, classifier)
     # and its first four blocks on 3x32x32.
     # Depthwise layers and the average pooling run taps-on-rows.
-    ("mobilenet", 8, 8): [9265, 4740, 4657, 2436, 4657, 4836, 9265, 1284, 4657, 2532, 9265, 708, 4657, 1380,
-                          9265, 1380, 9265, 1380, 9265, 1380, 9265, 1380, 9265, 420, 4657, 804, 9265, 164, 81],
-    ("mobilenet4", 8, 8): [1073, 580, 561, 324, 561, 612, 1073, 196, 561, 76, 57],
-    ("dscnn", 8, 8): [5049, 2116, 8049, 2116, 8049, 2116, 8049, 2116, 8049, 1049, 65],
+    ("mobilenet", 8, 8): [9268, 4743, 4660, 2439, 4660, 4839, 9268, 1287, 4660, 2535, 9268, 711, 4660, 1383,
+                          9268, 1383, 9268, 1383, 9268, 1383, 9268, 1383, 9268, 423, 4660, 807, 9268, 167, 84],
+    ("mobilenet4", 8, 8): [1076, 583, 564, 327, 564, 615, 1076, 199, 564, 79, 60],
+    ("dscnn", 8, 8): [5052, 2119, 8052, 2119, 8052, 2119, 8052, 2119, 8052, 1052, 68],
 }
 PINNED_TOLERANCE = 0.02
 
@@ -189,7 +189,7 @@ def test_pinned_cycle_check_fails_on_a_slower_op():
                              + [[40, 0], [18, 0]]}]              # the input load and the output
     check_pinned_cycles(("lenet", 8, 8), Report(1.0))
     check_pinned_cycles(("lenet", 8, 8), Report(1.019))
-    with pytest.raises(AssertionError, match="op 2: 27736 cycles"):
+    with pytest.raises(AssertionError, match="op 2: 27739 cycles"):
         check_pinned_cycles(("lenet", 8, 8), Report(1.03))
     with pytest.raises(AssertionError, match="update PINNED_OP_CYCLES"):
         check_pinned_cycles(("lenet", 8, 8), Report(0.97))
