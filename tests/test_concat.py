@@ -119,7 +119,9 @@ def test_front_end_accepts_channels_only(dim, message):
         quantize_model(_BadCat(dim).eval(), torch.randn(8, 3, 4, 4))
 
 
-@pytest.mark.parametrize("simulator, rows, cols", [("verilator", 8, 8), ("icarus", 4, 8), ("ghdl", 4, 4)])
+# (Verilator 8x8, 36 s: make test-all.)
+@pytest.mark.parametrize("simulator, rows, cols", [pytest.param("verilator", 8, 8, marks=pytest.mark.slow),
+                                                   ("icarus", 4, 8), ("ghdl", 4, 4)])
 def test_concatenations_match_reference(simulator, rows, cols, simulate_case):
     inferences = 1 if simulator == "icarus" else 2          # Icarus: a few hundred cycles a second
     case = make_case(quantized_inception(), AcceleratorConfig(rows=rows, cols=cols),
