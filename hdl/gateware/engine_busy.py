@@ -15,3 +15,12 @@ def registered_busy(m, activity, start, name: str = "busy_r"):
     busy = Signal(name=name)
     m.d.sync += busy.eq(activity | start)
     return busy
+
+
+def registered_start(m, start, busy, name: str = "started"):
+    """``start``, taken only while the engine is not ``busy``, registered where it arrives:
+    the controller's start register, the route across the chip, the gate and the loops'
+    resets are then two cycles, not one. The engine's op begins a cycle later for it."""
+    started = Signal(name=name)
+    m.d.sync += started.eq(~busy & start)
+    return started

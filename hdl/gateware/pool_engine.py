@@ -18,7 +18,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.compiler.program import PoolOp
 from hdl.compiler.widths import Widths
 from hdl.gateware.activation_memory import BANKS, ActivationMemory, window_read_port, write_port
-from hdl.gateware.engine_busy import registered_busy
+from hdl.gateware.engine_busy import registered_busy, registered_start
 from hdl.gateware.loop_end import end_flag
 from hdl.gateware.pipeline import delay_line, delayed
 from hdl.gateware.window import WindowAddress, window_layout, window_params
@@ -123,8 +123,7 @@ class PoolEngine(wiring.Component):
         # and the loops' resets were one cycle (after busy's round trip through a gate the
         # placer put beside the sequencer: the default design's critical path at 96.0 MHz).
         # The op's first read leaves a cycle later for it.
-        started = Signal(name="started")
-        m.d.sync += started.eq(~self.busy & self.start)
+        started = registered_start(m, self.start, self.busy)
         start = started
         # The last indices minus one, registered: the parameters hold still while an op
         # runs (first compared a cycle after it starts).

@@ -23,7 +23,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.compiler.program import READ_WORDS, GemmOp
 from hdl.compiler.widths import Widths, bits_for
 from hdl.config import AcceleratorConfig
-from hdl.gateware.engine_busy import registered_busy
+from hdl.gateware.engine_busy import registered_busy, registered_start
 from hdl.gateware.loop_end import end_flag
 from hdl.gateware.pipeline import delay_line, delayed
 from hdl.gateware.shift_add import pipelined_shift_add_product, shift_add_product
@@ -168,8 +168,7 @@ class StepGenerator(wiring.Component):
         # sequencer across the chip, it went on through the loops' ends into their
         # counters in its own cycle, the default design's critical path at 102.5 MHz. The
         # op's first step leaves a cycle later for it.
-        started = Signal(name="started")
-        m.d.sync += started.eq(~self.busy & self.start)
+        started = registered_start(m, self.start, self.busy)
         start = started & ~p.taps_on_rows
         # Each carry, and each counter's reset and advance below, is written as the fewest
         # flags that decide it (an advance is looked at only when its reset is low), so
