@@ -93,7 +93,7 @@ class Requantizer(wiring.Component):
         acc = Signal.like(self.i_acc, name="acc", reset_less=True)
         p = Signal.like(self.i_params, name="params", reset_less=True)
         m.d.sync += [acc.eq(self.i_acc), p.eq(self.i_params)]
-        # The op's zero point and clamps, a cycle before the last stage (each lane then
+        # The op's zero point and clamps, a cycle before the clamp's stage (each lane then
         # registers its own copies: one register would drive every lane's adders).
         zero_point_6 = delay_line(m, p.zero_point, clamp_stage - 3, "zero_point")[-1]
         clamp_min_6 = delay_line(m, p.clamp_min, clamp_stage - 3, "clamp_min")[-1]
