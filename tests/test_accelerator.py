@@ -26,7 +26,7 @@ def test_dense_models_match_reference(model, rows, cols, simulator, simulate_cas
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
 # add at most a few cycles); these bounds catch a change that slows the schedule.
-CYCLE_BOUNDS = {("linear", 8, 8): 265, ("mlp", 8, 8): 164}     # measured 260 and 161, +2%
+CYCLE_BOUNDS = {("linear", 8, 8): 263, ("mlp", 8, 8): 162}     # measured 258 and 159, +2%
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))

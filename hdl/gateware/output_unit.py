@@ -26,7 +26,10 @@ class OutputUnit(wiring.Component):
     argmax of the logits (the lowest index wins ties), a beat's logits at a time through a
     tournament of registered pairwise comparisons (``ceil(log2(n))`` cycles for ``n`` of them,
     against ``n`` one lane a cycle), and gives its one-hot on the inference's last beat
-    (``last``); earlier beats and other models give 0.
+    (``last``); earlier beats and other models give 0. The tournament's first level is
+    loaded as the words land, and its winner is compared with the best of earlier beats
+    as the beat is sent, so that a classifier's beat waits ``ceil(log2(n))`` cycles for it,
+    not two more.
 
     Members
     -------
@@ -61,16 +64,19 @@ class OutputUnit(wiring.Component):
         slot = Signal(range(wpb + 1))                      # words of this beat landed
         beat = Signal.like(self.beats.payload.values)
         beat_base = Signal(bits_for(words * lanes) + 1)    # index of the beat's first value
-        # Argmax over the logits, in the beats that hold them: the beat's values loaded into
-        # the tournament's first level with their indices, the values that are not logits
-        # as the lowest code (they come after the logits, so that they lose every pair and
-        # never beat the best so far); the best so far, across beats.
+        # Argmax over the logits, in the beats that hold them: each landing word's values
+        # loaded into the tournament's first level with their indices, the values that are
+        # not logits as the lowest code (they come after the logits, so that they lose every
+        # pair and never beat the best so far); the best so far, across beats. (A slot whose
+        # word does not land, past the tensor's end, holds the lowest code from the start or
+        # the last beat sent.)
         scanned = min(classes, wpb * lanes)
         contenders = [_Contender(bits, classes, f"logit{p}") for p in range(max(1, scanned))]
         best_value = Signal(signed(bits))
         best_index = Signal(range(OUTPUT_CLASSES + 1))
         winner, rounds = _tournament(m, contenders, bits, classes)
         scan_cycle = Signal(range(rounds + 1))
+        clear_contenders = [contender.value.eq(sem.ACTIVATION_MIN) for contender in contenders[:scanned]]
         m.d.comb += self.read.addr.eq(read_addr)
 
         issue = Signal()
@@ -80,36 +86,37 @@ class OutputUnit(wiring.Component):
                 for s in range(wpb):
                     with m.Case(s):
                         m.d.sync += beat[s * word_bits:(s + 1) * word_bits].eq(self.read.data)
+                        for p in range(s * lanes, min(scanned, (s + 1) * lanes)):
+                            value = self.read.data[p - s * lanes]
+                            m.d.sync += [contenders[p].value.eq(Mux(beat_base + p < classes, value,
+                                                                    sem.ACTIVATION_MIN)),
+                                         contenders[p].index.eq(beat_base + p)]
             m.d.sync += slot.eq(slot + 1)
 
+        # The beat's winner: out of the tournament ``rounds`` cycles after the first level's
+        # last load; a later beat's must be strictly greater (its indices are higher).
+        winner_is_best = winner.value > best_value
         with m.FSM(name="output"):
             with m.State("IDLE"):
                 with m.If(self.start):
                     # (``beat`` is already 0: from reset, and from the last SEND. Not clearing
                     # it here keeps ``start`` off its thousand flip-flops.)
                     m.d.sync += [read_addr.eq(prog.output.base), words_left.eq(words), issued.eq(0), slot.eq(0),
-                                 beat_base.eq(0), best_value.eq(sem.ACTIVATION_MIN), best_index.eq(0)]
+                                 beat_base.eq(0), best_value.eq(sem.ACTIVATION_MIN), best_index.eq(0),
+                                 *clear_contenders]
                     m.next = "FETCH"
             with m.State("FETCH"):
                 m.d.comb += issue.eq((issued != wpb) & (words_left != 0))
                 with m.If(issue):
                     m.d.sync += [read_addr.eq(read_addr + 1), words_left.eq(words_left - 1), issued.eq(issued + 1)]
                 with m.Elif(slot == issued):                 # every word of the beat has landed
-                    for p, contender in enumerate(contenders[:scanned]):
-                        m.d.sync += [contender.value.eq(Mux(beat_base + p < classes,
-                                                            beat[p * bits:(p + 1) * bits].as_signed(),
-                                                            sem.ACTIVATION_MIN)),
-                                     contender.index.eq(beat_base + p)]
                     m.d.sync += scan_cycle.eq(0)
-                    m.next = "SCAN" if classes else "SEND"
-            if classes:
+                    # The first level is loaded: its winner is out ``rounds`` cycles from now.
+                    m.next = "SCAN" if rounds > 1 else "SEND"
+            if rounds > 1:
                 with m.State("SCAN"):
-                    # The beat's winner is out of the tournament after ``rounds`` cycles; a
-                    # later beat's must be strictly greater (its indices are higher).
                     m.d.sync += scan_cycle.eq(scan_cycle + 1)
-                    with m.If(scan_cycle == rounds):
-                        with m.If(winner.value > best_value):
-                            m.d.sync += [best_value.eq(winner.value), best_index.eq(winner.index)]
+                    with m.If(scan_cycle == rounds - 2):
                         m.next = "SEND"
             with m.State("SEND"):
                 last = words_left == 0
@@ -118,9 +125,13 @@ class OutputUnit(wiring.Component):
                 if classes:
                     # Every logit has been scanned by the last beat; earlier beats carry none.
                     with m.If(last):
-                        m.d.comb += self.beats.payload.classes.eq(1 << best_index)
+                        m.d.comb += self.beats.payload.classes.eq(1 << Mux(winner_is_best, winner.index, best_index))
                 with m.If(self.beats.ready):
-                    m.d.sync += [issued.eq(0), slot.eq(0), beat.eq(0), beat_base.eq(beat_base + wpb * lanes)]
+                    m.d.sync += [issued.eq(0), slot.eq(0), beat.eq(0), beat_base.eq(beat_base + wpb * lanes),
+                                 *clear_contenders]
+                    if classes:
+                        with m.If(winner_is_best):
+                            m.d.sync += [best_value.eq(winner.value), best_index.eq(winner.index)]
                     with m.If(last):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"
