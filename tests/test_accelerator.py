@@ -26,7 +26,7 @@ def test_dense_models_match_reference(model, rows, cols, simulator, simulate_cas
 
 # Cycles are deterministic in simulation (the handshakes' random stalls excepted, which
 # add at most a few cycles); these bounds catch a change that slows the schedule.
-CYCLE_BOUNDS = {("linear", 8, 8): 263, ("mlp", 8, 8): 162}     # measured 258 and 159, +2%
+CYCLE_BOUNDS = {("linear", 8, 8): 265, ("mlp", 8, 8): 165}     # measured 260 and 162, +2%
 
 
 @pytest.mark.parametrize("model, rows, cols", list(CYCLE_BOUNDS))
@@ -155,17 +155,17 @@ def test_pytorch_default_qconfig_model_runs_exactly(simulate_case):
 # that takes more than 2% over its figure fails, and so does one 2% under it: then the
 # figures here are out of date and must follow the new schedule.
 PINNED_OP_CYCLES = {
-    ("lenet", 8, 8): [12853, 1628, 26933, 285, 7333, 6353, 179],
-    ("lenet", 4, 8): [22449, 1628, 49969, 285, 14049, 12649, 299],
-    ("stem", 8, 8): [8245, 2332], ("stem", 4, 8): [14385, 2332],
-    ("dwsep", 8, 8): [584, 565], ("dwsep", 4, 8): [836, 1073],
+    ("lenet", 8, 8): [12854, 1629, 26934, 286, 7334, 6354, 180],
+    ("lenet", 4, 8): [22450, 1629, 49970, 286, 14050, 12650, 300],
+    ("stem", 8, 8): [8246, 2333], ("stem", 4, 8): [14386, 2333],
+    ("dwsep", 8, 8): [585, 566], ("dwsep", 4, 8): [837, 1074],
     # MobileNetV1 0.25 (conv, then depthwise/pointwise pairs, average pooling, classifier)
     # and its first four blocks on 3x32x32.
     # Depthwise layers and the average pooling run taps-on-rows.
-    ("mobilenet", 8, 8): [9269, 4744, 4661, 2440, 4661, 4840, 9269, 1288, 4661, 2536, 9269, 712, 4661, 1384,
-                          9269, 1384, 9269, 1384, 9269, 1384, 9269, 1384, 9269, 424, 4661, 808, 9269, 168, 85],
-    ("mobilenet4", 8, 8): [1077, 584, 565, 328, 565, 616, 1077, 200, 565, 80, 61],
-    ("dscnn", 8, 8): [5053, 2120, 8053, 2120, 8053, 2120, 8053, 2120, 8053, 1053, 69],
+    ("mobilenet", 8, 8): [9270, 4745, 4662, 2441, 4662, 4841, 9270, 1289, 4662, 2537, 9270, 713, 4662, 1385,
+                          9270, 1385, 9270, 1385, 9270, 1385, 9270, 1385, 9270, 425, 4662, 809, 9270, 169, 86],
+    ("mobilenet4", 8, 8): [1078, 585, 566, 329, 566, 617, 1078, 201, 566, 81, 62],
+    ("dscnn", 8, 8): [5054, 2121, 8054, 2121, 8054, 2121, 8054, 2121, 8054, 1054, 70],
 }
 PINNED_TOLERANCE = 0.02
 
@@ -191,7 +191,7 @@ def test_pinned_cycle_check_fails_on_a_slower_op():
                              + [[40, 0], [18, 0]]}]              # the input load and the output
     check_pinned_cycles(("lenet", 8, 8), Report(1.0))
     check_pinned_cycles(("lenet", 8, 8), Report(1.019))
-    with pytest.raises(AssertionError, match="op 2: 27740 cycles"):
+    with pytest.raises(AssertionError, match="op 2: 27742 cycles"):
         check_pinned_cycles(("lenet", 8, 8), Report(1.03))
     with pytest.raises(AssertionError, match="update PINNED_OP_CYCLES"):
         check_pinned_cycles(("lenet", 8, 8), Report(0.97))
