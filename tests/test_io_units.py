@@ -15,6 +15,7 @@ from hdl.compiler.program import TensorPlacement, lower
 from hdl.compiler.widths import Widths
 from hdl.config import AcceleratorConfig
 from hdl.gateware.input_loader import InputLoader
+from hdl.gateware.activation_memory import ActivationMemory
 from hdl.gateware.output_unit import OutputUnit
 from hdl.host import int_to_words, pack_input, tensor_to_words, unpack_output, words_to_int, words_to_tensor
 from pytorch_ref.ir.quantized_model import (Conv2dLayer, DenseLayer, QuantizedModel, QuantParams,
@@ -166,17 +167,18 @@ def _dense_program(n_out: int, bus_bits: int, batch: int = 1):
     return lower(model, AcceleratorConfig(rows=2, cols=4, input_bus_bits=bus_bits), batch=batch)
 
 
-def _conv_program(bus_bits: int):
+def _conv_program(bus_bits: int, size: int = 2):
     rng = np.random.default_rng(5)
     layer = Conv2dLayer("conv", rng.integers(-5, 6, (5, 2, 1, 1)).astype(np.int8), np.zeros(5, np.int32),
                         QuantParams(0.1, 0), QuantParams(0.1, 0), _requant(5))
-    model = QuantizedModel("conv", (2, 2, 2), QuantParams(0.1, 0), (layer,))
+    model = QuantizedModel("conv", (2, size, size), QuantParams(0.1, 0), (layer,))
     return lower(model, AcceleratorConfig(rows=2, cols=4, input_bus_bits=bus_bits))
 
 
 def _run_output_unit(program, memories, seed, *, ready_probability=0.5):
     """For each memory image, pulse start and collect the beats (random back-pressure).
-    Returns, per run, the list of (values, classes, last) beats and the done pulses."""
+    Returns, per run, the list of (values, classes, last) beats, the done pulses and the
+    cycles from start to done."""
     widths = Widths.of(program)
     dut = OutputUnit(program, widths)
     rng = np.random.default_rng(seed)
@@ -208,7 +210,7 @@ def _run_output_unit(program, memories, seed, *, ready_probability=0.5):
                 ctx.set(dut.beats.ready, 1)
                 assert not ctx.get(dut.beats.valid) and not ctx.get(dut.done)
                 await ctx.tick()
-            runs.append((beats, dones))
+            runs.append((beats, dones, cycles))
 
     run_bench(dut, bench)
     return runs
@@ -257,7 +259,7 @@ def test_output_unit_classifier(n_out, bus_bits):
         lanes[:n_out] = logits
         memories.append(_memory_with_output(program, rng, lanes))
     runs = _run_output_unit(program, memories, seed=n_out)
-    for logits, mem, (beats, dones) in zip(logit_sets, memories, runs):
+    for logits, mem, (beats, dones, _) in zip(logit_sets, memories, runs):
         _check_beats(program, mem, beats)
         assert dones == 1
         want = 1 << int(np.argmax(logits))                  # NumPy: the first maximum
@@ -265,13 +267,14 @@ def test_output_unit_classifier(n_out, bus_bits):
 
 
 def test_output_unit_non_classifier_gives_no_class():
-    """A batch of two vectors and a (5, 2, 2) tensor are not classifier outputs: classes 0."""
-    for program in (_dense_program(10, 64, batch=2), _conv_program(64)):
+    """A batch of two vectors and (5, 2, 2) and (5, 4, 4) tensors are not classifier
+    outputs: classes 0. (Under back-pressure: the next beat is read while one waits.)"""
+    for program in (_dense_program(10, 64, batch=2), _conv_program(64), _conv_program(256, size=4)):
         assert not program.is_classifier
         rng = np.random.default_rng(3)
         lanes = rng.integers(-128, 128, program.output.words * program.config.bank_width)
         mem = _memory_with_output(program, rng, lanes)
-        (beats, dones), = _run_output_unit(program, [mem], seed=4, ready_probability=0.3)
+        (beats, dones, _), = _run_output_unit(program, [mem], seed=4, ready_probability=0.3)
         _check_beats(program, mem, beats)
         assert dones == 1 and all(classes == 0 for _, classes, _ in beats)
 
@@ -286,8 +289,31 @@ def test_output_unit_class_is_on_the_last_beat_only():
     lanes = np.full(program.output.words * program.config.bank_width, -128)
     lanes[:10] = logits
     mem = _memory_with_output(program, rng, lanes)
-    (beats, _), = _run_output_unit(program, [mem], seed=1, ready_probability=1.0)
+    (beats, _, _), = _run_output_unit(program, [mem], seed=1, ready_probability=1.0)
     assert [classes for _, classes, _ in beats] == [0, 1 << 9]
+
+
+def test_output_unit_streams_a_word_a_cycle():
+    """Taken at once, a tensor's beats stream a word a cycle: the next beat is read while
+    one lands and is sent (a (5, 4, 4) tensor on a 256-bit bus: 32 words in 4 beats of 8).
+    A classifier's beat waits for the tournament: its cycles are pinned too."""
+    latency = ActivationMemory.READ_LATENCY
+    program = _conv_program(256, size=4)
+    assert (program.output.words, program.words_per_beat) == (32, 8)
+    rng = np.random.default_rng(2)
+    lanes = rng.integers(-128, 128, program.output.words * program.config.bank_width)
+    mem = _memory_with_output(program, rng, lanes)
+    (beats, _, cycles), = _run_output_unit(program, [mem], seed=0, ready_probability=1.0)
+    _check_beats(program, mem, beats)
+    # The start, a word a cycle, the last one's read latency, the cycle its beat is
+    # complete in (and moves to be sent) and the cycle it is sent in.
+    assert cycles == 1 + program.output.words + latency + 2, cycles
+    program = _dense_program(10, 128)                      # one beat of 3 words, 10 logits: 4 rounds
+    assert (program.output.words, program.output_beats) == (3, 1)
+    (_, _, cycles), = _run_output_unit(program, [_memory_with_output(program, rng, np.arange(12))], seed=0,
+                                       ready_probability=1.0)
+    # (The tournament's first level is complete with the beat; its 4 rounds after that.)
+    assert cycles == 1 + 3 + latency + 1 + 4, cycles
 
 
 # --- hdl.host ---------------------------------------------------------------------------------

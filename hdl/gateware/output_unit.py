@@ -20,7 +20,8 @@ def output_beat_layout(bus_bits: int) -> data.StructLayout:
 
 
 class OutputUnit(wiring.Component):
-    """Streams the program's output tensor, ``words_per_beat`` words a beat.
+    """Streams the program's output tensor, ``words_per_beat`` words a beat: a word a cycle
+    while the beats are taken (the next beat is read while one is sent).
 
     For a classifier (one vector of at most ``OUTPUT_CLASSES`` logits) it also finds the
     argmax of the logits (the lowest index wins ties), a beat's logits at a time through a
@@ -56,87 +57,106 @@ class OutputUnit(wiring.Component):
         word_bits = lanes * bits
         classes = prog.output_shape[0] if prog.is_classifier else 0
 
-        # A beat's words are read back to back, one a cycle; each lands in its slot of the
-        # beat ``READ_LATENCY`` cycles after its address.
+        # Words are read one a cycle and land ``READ_LATENCY`` cycles after their address
+        # in the slots of ``beat``, the beat being assembled; a complete beat moves to
+        # ``out``, the beat being sent. So that the next beat's reads need not wait for the
+        # last words of this one to land, a beat's first read may be issued while the beat
+        # before it is still in flight, as long as ``out`` is empty from the next cycle on:
+        # nothing but that beat fills ``out``, so it moves there when complete, at the
+        # latest as the next beat's first word lands. With at least ``READ_LATENCY + 1``
+        # words a beat (16 on a 1024-bit bus and 8 lanes), a tensor streams at a word a cycle.
         read_addr = Signal.like(self.read.addr)
         words_left = Signal(bits_for(words) + 1)           # words not yet read
-        issued = Signal(range(wpb + 1))                    # words of this beat read
-        slot = Signal(range(wpb + 1))                      # words of this beat landed
+        landed_left = Signal(bits_for(words) + 1)          # words not yet landed
+        issued = Signal(range(wpb + 1))                    # words of the beat being read, read
+        slot = Signal(range(wpb + 1))                      # words of the assembled beat landed
+        pending = Signal(range(3))                         # beats begun and not yet in ``out``
         beat = Signal.like(self.beats.payload.values)
-        beat_base = Signal(bits_for(words * lanes) + 1)    # index of the beat's first value
+        out, out_valid, out_last = Signal.like(beat), Signal(), Signal()
+        beat_base = Signal(bits_for(words * lanes) + 1)    # index of the assembled beat's first value
+        m.d.comb += self.read.addr.eq(read_addr)
+
         # Argmax over the logits, in the beats that hold them: each landing word's values
         # loaded into the tournament's first level with their indices, the values that are
         # not logits as the lowest code (they come after the logits, so that they lose every
         # pair and never beat the best so far); the best so far, across beats. (A slot whose
         # word does not land, past the tensor's end, holds the lowest code from the start or
-        # the last beat sent.)
+        # the last beat sent.) A classifier's beats do not overlap: the first level holds
+        # one beat's values from their landing until the beat is sent, and the beat moves to
+        # ``out`` when the tournament's winner is out, compared with the best so far as the
+        # beat is sent.
         scanned = min(classes, wpb * lanes)
         contenders = [_Contender(bits, classes, f"logit{p}") for p in range(max(1, scanned))]
         best_value = Signal(signed(bits))
         best_index = Signal(range(OUTPUT_CLASSES + 1))
         winner, rounds = _tournament(m, contenders, bits, classes)
-        scan_cycle = Signal(range(rounds + 1))
+        scan_cycle = Signal(range(rounds + 1))             # cycles the complete beat has waited
         clear_contenders = [contender.value.eq(sem.ACTIVATION_MIN) for contender in contenders[:scanned]]
-        m.d.comb += self.read.addr.eq(read_addr)
+        winner_is_best = winner.value > best_value
 
-        issue = Signal()
+        out_free = ~out_valid | self.beats.ready
+        complete = (slot == wpb) | ((landed_left == 0) & (slot != 0))
+        if classes:
+            # The first level is complete with the beat: its winner is out ``rounds``
+            # cycles later, when the beat is in ``out``.
+            move = complete & out_free & (scan_cycle >= max(rounds - 1, 0))
+            with m.If(complete & ~move):
+                m.d.sync += scan_cycle.eq(scan_cycle + 1)
+            with m.Else():
+                m.d.sync += scan_cycle.eq(0)
+            begin_beat = (pending == 0) & ~out_valid
+        else:
+            move = complete & out_free
+            begin_beat = (pending == 0) | ((pending == 1) & out_free)
+
+        issue, first_word = Signal(), Signal()
+        within_beat = (issued != wpb) & (issued != 0)
+        m.d.comb += [issue.eq((words_left != 0) & (within_beat | begin_beat)), first_word.eq(issue & ~within_beat)]
+        with m.If(issue):
+            m.d.sync += [read_addr.eq(read_addr + 1), words_left.eq(words_left - 1),
+                         issued.eq(Mux(issued == wpb, 1, issued + 1))]
+
+        # (``beat`` is 0 from reset and from each move, so that the last beat's slots past
+        # the tensor are 0.)
+        with m.If(move):
+            m.d.sync += [out.eq(beat), out_last.eq(landed_left == 0), beat.eq(0), slot.eq(0),
+                         beat_base.eq(beat_base + wpb * lanes)]
+        first_slot = Mux(move, 0, slot)                    # where a landing word goes
         arrive = delayed(m, issue, ActivationMemory.READ_LATENCY, "arrive")
         with m.If(arrive):
-            with m.Switch(slot):
+            with m.Switch(first_slot):
                 for s in range(wpb):
                     with m.Case(s):
                         m.d.sync += beat[s * word_bits:(s + 1) * word_bits].eq(self.read.data)
                         for p in range(s * lanes, min(scanned, (s + 1) * lanes)):
-                            value = self.read.data[p - s * lanes]
-                            m.d.sync += [contenders[p].value.eq(Mux(beat_base + p < classes, value,
+                            m.d.sync += [contenders[p].value.eq(Mux(beat_base + p < classes,
+                                                                    self.read.data[p - s * lanes],
                                                                     sem.ACTIVATION_MIN)),
                                          contenders[p].index.eq(beat_base + p)]
-            m.d.sync += slot.eq(slot + 1)
+            m.d.sync += [slot.eq(first_slot + 1), landed_left.eq(landed_left - 1)]
+        m.d.sync += pending.eq(pending + first_word - move)
 
-        # The beat's winner: out of the tournament ``rounds`` cycles after the first level's
-        # last load; a later beat's must be strictly greater (its indices are higher).
-        winner_is_best = winner.value > best_value
-        with m.FSM(name="output"):
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    # (``beat`` is already 0: from reset, and from the last SEND. Not clearing
-                    # it here keeps ``start`` off its thousand flip-flops.)
-                    m.d.sync += [read_addr.eq(prog.output.base), words_left.eq(words), issued.eq(0), slot.eq(0),
-                                 beat_base.eq(0), best_value.eq(sem.ACTIVATION_MIN), best_index.eq(0),
-                                 *clear_contenders]
-                    m.next = "FETCH"
-            with m.State("FETCH"):
-                m.d.comb += issue.eq((issued != wpb) & (words_left != 0))
-                with m.If(issue):
-                    m.d.sync += [read_addr.eq(read_addr + 1), words_left.eq(words_left - 1), issued.eq(issued + 1)]
-                with m.Elif(slot == issued):                 # every word of the beat has landed
-                    m.d.sync += scan_cycle.eq(0)
-                    # The first level is loaded: its winner is out ``rounds`` cycles from now.
-                    m.next = "SCAN" if rounds > 1 else "SEND"
-            if rounds > 1:
-                with m.State("SCAN"):
-                    m.d.sync += scan_cycle.eq(scan_cycle + 1)
-                    with m.If(scan_cycle == rounds - 2):
-                        m.next = "SEND"
-            with m.State("SEND"):
-                last = words_left == 0
-                m.d.comb += [self.beats.valid.eq(1), self.beats.payload.values.eq(beat),
-                             self.beats.payload.last.eq(last)]
-                if classes:
-                    # Every logit has been scanned by the last beat; earlier beats carry none.
-                    with m.If(last):
-                        m.d.comb += self.beats.payload.classes.eq(1 << Mux(winner_is_best, winner.index, best_index))
-                with m.If(self.beats.ready):
-                    m.d.sync += [issued.eq(0), slot.eq(0), beat.eq(0), beat_base.eq(beat_base + wpb * lanes),
-                                 *clear_contenders]
-                    if classes:
-                        with m.If(winner_is_best):
-                            m.d.sync += [best_value.eq(winner.value), best_index.eq(winner.index)]
-                    with m.If(last):
-                        m.d.comb += self.done.eq(1)
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.next = "FETCH"
+        with m.If(self.start):                             # (only while no inference is in flight)
+            m.d.sync += [read_addr.eq(prog.output.base), words_left.eq(words), landed_left.eq(words),
+                         issued.eq(0), beat_base.eq(0), best_value.eq(sem.ACTIVATION_MIN), best_index.eq(0),
+                         *clear_contenders]
+
+        m.d.comb += [self.beats.valid.eq(out_valid), self.beats.payload.values.eq(out),
+                     self.beats.payload.last.eq(out_last)]
+        if classes:
+            # Every logit has been scanned by the last beat; earlier beats carry none.
+            with m.If(out_last):
+                m.d.comb += self.beats.payload.classes.eq(1 << Mux(winner_is_best, winner.index, best_index))
+        with m.If(out_valid & self.beats.ready):
+            m.d.sync += out_valid.eq(0)
+            if classes:
+                m.d.sync += clear_contenders
+                with m.If(winner_is_best):
+                    m.d.sync += [best_value.eq(winner.value), best_index.eq(winner.index)]
+            with m.If(out_last):
+                m.d.comb += self.done.eq(1)
+        with m.If(move):
+            m.d.sync += out_valid.eq(1)
         return m
 
 
