@@ -51,6 +51,10 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         drain = Signal(range(self._drain + 2))
+        # Whether the drain ends in this cycle, a register (``drain == 0`` a cycle early):
+        # the output's start fans out from it across the chip, and the counter's
+        # comparison before that route was the default design's critical path (85.4 MHz).
+        drain_over = Signal()
         m.d.comb += self.phase.eq(self.op_index)
         # The op's kind, decoded from op_index (a register) for the start registers, and
         # registered with the op table's outputs for the other decisions.
@@ -77,21 +81,23 @@ class Sequencer(wiring.Component):
                 m.next = "RUN"
             with m.State("RUN"):
                 with m.If(~self.engine_busy):
-                    m.d.sync += drain.eq(Mux(is_pool, 0, self._drain))
+                    m.d.sync += [drain.eq(Mux(is_pool, 0, self._drain)), drain_over.eq(is_pool | (self._drain == 0))]
                     m.next = "DRAIN"
             with m.State("DRAIN"):
-                m.d.sync += drain.eq(drain - 1)
-                with m.If((drain == 0) & is_last):
+                m.d.sync += [drain.eq(drain - 1), drain_over.eq(drain == 1)]
+                with m.If(drain_over & is_last):
                     m.d.comb += self.output_start.eq(1)
                     m.d.sync += self.reader.eq(Reader.OUTPUT)
                     m.next = "OUTPUT"
-                with m.Elif(drain == 0):
+                with m.Elif(drain_over):
                     m.d.sync += self.op_index.eq(self.op_index + 1)
                     m.next = "SETUP"
             with m.State("OUTPUT"):
+                # (The reader stays the output's until the next op's start names one: no
+                # one reads while the input loads, and the output's last handshake, from
+                # the far side of the chip, then decides nothing but the state.)
                 m.d.comb += self.phase.eq(self._ops + 1)
                 with m.If(self.output_done):
                     m.d.comb += self.rearm.eq(1)
-                    m.d.sync += self.reader.eq(Reader.GEMM)
                     m.next = "LOAD"
         return m
