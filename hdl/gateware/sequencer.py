@@ -17,7 +17,8 @@ class Sequencer(wiring.Component):
     The start pulses are registers, set in that cycle from ``op_index`` and the op kinds
     (``pooling[k]``: whether op ``k`` is a pooling op), because each fans out across the
     chip into its engine's loop counters: decoded from the state in their own cycle, they
-    were the design's critical path. The engines' ``busy`` outputs are registers
+    were the design's critical path (the output's start, likewise a register, is set from
+    the drain a cycle ahead). The engines' ``busy`` outputs are registers
     (:func:`~hdl.gateware.engine_busy.registered_busy`: they fall a cycle after the engine's
     last activity and rise a cycle after its start), so the sequencer waits a cycle after a
     start before it looks.
@@ -51,9 +52,10 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         drain = Signal(range(self._drain + 2))
-        # Whether the drain ends in this cycle, a register (``drain == 0`` a cycle early):
-        # the output's start fans out from it across the chip, and the counter's
-        # comparison before that route was the default design's critical path (85.4 MHz).
+        # Whether the drain ends in this cycle, a register (``drain == 0`` a cycle early),
+        # and the output's start a register set in the cycle before: it fans out across
+        # the chip into the output unit, and the drain counter's comparison before that
+        # route was the default design's critical path (85.4 MHz).
         drain_over = Signal()
         m.d.comb += self.phase.eq(self.op_index)
         # The op's kind, decoded from op_index (a register) for the start registers, and
@@ -64,7 +66,7 @@ class Sequencer(wiring.Component):
                 with m.Case(index):
                     m.d.comb += pool_now.eq(pooling)
         m.d.sync += [is_pool.eq(pool_now), is_last.eq(self.op_index == self._ops - 1),
-                     self.gemm_start.eq(0), self.pool_start.eq(0)]
+                     self.gemm_start.eq(0), self.pool_start.eq(0), self.output_start.eq(0)]
         with m.FSM(name="sequencer"):
             with m.State("LOAD"):
                 m.d.comb += self.phase.eq(self._ops)
@@ -81,12 +83,14 @@ class Sequencer(wiring.Component):
                 m.next = "RUN"
             with m.State("RUN"):
                 with m.If(~self.engine_busy):
-                    m.d.sync += [drain.eq(Mux(is_pool, 0, self._drain)), drain_over.eq(is_pool | (self._drain == 0))]
+                    over = is_pool | (self._drain == 0)
+                    m.d.sync += [drain.eq(Mux(is_pool, 0, self._drain)), drain_over.eq(over),
+                                 self.output_start.eq(over & is_last)]
                     m.next = "DRAIN"
             with m.State("DRAIN"):
-                m.d.sync += [drain.eq(drain - 1), drain_over.eq(drain == 1)]
-                with m.If(drain_over & is_last):
-                    m.d.comb += self.output_start.eq(1)
+                m.d.sync += [drain.eq(drain - 1), drain_over.eq(drain == 1),
+                             self.output_start.eq(~drain_over & (drain == 1) & is_last)]
+                with m.If(drain_over & is_last):                # (output_start is high)
                     m.d.sync += self.reader.eq(Reader.OUTPUT)
                     m.next = "OUTPUT"
                 with m.Elif(drain_over):
