@@ -236,8 +236,9 @@ def _check_beats(program, mem, beats):
     assert len(beats) == len(want) == program.output_beats
     for index, ((values, _, last), exp) in enumerate(zip(beats, want)):
         if index == len(want) - 1:
-            # The last beat's slots past the tensor carry no data.
+            # The last beat's slots past the tensor are 0.
             used = (1 << ((out.words - index * wpb) * bank * BITS)) - 1
+            assert values & ~used == 0, f"beat {index}: slots past the tensor are not 0"
         assert values & used == exp, f"beat {index}"
         assert last == (index == len(want) - 1)
 

@@ -58,20 +58,25 @@ class OutputUnit(wiring.Component):
         classes = prog.output_shape[0] if prog.is_classifier else 0
 
         # Words are read one a cycle and land ``READ_LATENCY`` cycles after their address
-        # in the slots of ``beat``, the beat being assembled; a complete beat moves to
-        # ``out``, the beat being sent. So that the next beat's reads need not wait for the
-        # last words of this one to land, a beat's first read may be issued while the beat
-        # before it is still in flight, as long as ``out`` is empty from the next cycle on:
-        # nothing but that beat fills ``out``, so it moves there when complete, at the
-        # latest as the next beat's first word lands. With at least ``READ_LATENCY + 1``
-        # words a beat (16 on a 1024-bit bus and 8 lanes), a tensor streams at a word a cycle.
+        # in the slots of ``beat``, the beat being assembled (slot ``fill``, counting the
+        # landed words modulo the beat); a full beat moves to ``out``, the beat being sent,
+        # when that is empty. So that the next beat's reads need not wait for the last words
+        # of this one to land, a beat's first read may be issued while the beat before it
+        # is still in flight, as long as ``out`` is empty: nothing but that beat fills
+        # ``out``, so it moves there when full, at the latest as the next beat's first word
+        # lands in slot 0. With at least ``READ_LATENCY + 3`` words a beat (16 on a 1024-bit
+        # bus and 8 lanes), a tensor streams at a word a cycle. The host's ``ready`` reaches
+        # only ``out``'s valid bit and ``done``: a beat's move, which enables a thousand
+        # flip-flops across the chip, is decided from registers. (With ``ready`` in it, the
+        # move was the default design's critical path, 71.8 MHz.)
         read_addr = Signal.like(self.read.addr)
         words_left = Signal(bits_for(words) + 1)           # words not yet read
         landed_left = Signal(bits_for(words) + 1)          # words not yet landed
         issued = Signal(range(wpb + 1))                    # words of the beat being read, read
-        slot = Signal(range(wpb + 1))                      # words of the assembled beat landed
+        fill = Signal(range(wpb))                          # the slot the next word lands in
+        full, full_last = Signal(), Signal()               # ``beat`` is whole; it is the last
         pending = Signal(range(3))                         # beats begun and not yet in ``out``
-        beat = Signal.like(self.beats.payload.values)
+        beat = Signal.like(self.beats.payload.values, reset_less=True)
         out, out_valid, out_last = Signal.like(beat), Signal(), Signal()
         beat_base = Signal(bits_for(words * lanes) + 1)    # index of the assembled beat's first value
         m.d.comb += self.read.addr.eq(read_addr)
@@ -90,24 +95,23 @@ class OutputUnit(wiring.Component):
         best_value = Signal(signed(bits))
         best_index = Signal(range(OUTPUT_CLASSES + 1))
         winner, rounds = _tournament(m, contenders, bits, classes)
-        scan_cycle = Signal(range(rounds + 1))             # cycles the complete beat has waited
+        scan_cycle = Signal(range(rounds + 1))             # cycles the full beat has waited
         clear_contenders = [contender.value.eq(sem.ACTIVATION_MIN) for contender in contenders[:scanned]]
         winner_is_best = winner.value > best_value
 
-        out_free = ~out_valid | self.beats.ready
-        complete = (slot == wpb) | ((landed_left == 0) & (slot != 0))
+        move = Signal()
         if classes:
-            # The first level is complete with the beat: its winner is out ``rounds``
-            # cycles later, when the beat is in ``out``.
-            move = complete & out_free & (scan_cycle >= max(rounds - 1, 0))
-            with m.If(complete & ~move):
+            # The first level is whole with the beat: its winner is out ``rounds`` cycles
+            # later, when the beat is in ``out``.
+            m.d.comb += move.eq(full & ~out_valid & (scan_cycle >= max(rounds - 1, 0)))
+            with m.If(full & ~move):
                 m.d.sync += scan_cycle.eq(scan_cycle + 1)
             with m.Else():
                 m.d.sync += scan_cycle.eq(0)
             begin_beat = (pending == 0) & ~out_valid
         else:
-            move = complete & out_free
-            begin_beat = (pending == 0) | ((pending == 1) & out_free)
+            m.d.comb += move.eq(full & ~out_valid)
+            begin_beat = (pending == 0) | ((pending == 1) & ~out_valid)
 
         issue, first_word = Signal(), Signal()
         within_beat = (issued != wpb) & (issued != 0)
@@ -116,15 +120,16 @@ class OutputUnit(wiring.Component):
             m.d.sync += [read_addr.eq(read_addr + 1), words_left.eq(words_left - 1),
                          issued.eq(Mux(issued == wpb, 1, issued + 1))]
 
-        # (``beat`` is 0 from reset and from each move, so that the last beat's slots past
-        # the tensor are 0.)
+        # The last beat's slots past the tensor are sent as 0.
+        tail = words % wpb
         with m.If(move):
-            m.d.sync += [out.eq(beat), out_last.eq(landed_left == 0), beat.eq(0), slot.eq(0),
-                         beat_base.eq(beat_base + wpb * lanes)]
-        first_slot = Mux(move, 0, slot)                    # where a landing word goes
+            m.d.sync += [out.eq(beat), out_last.eq(full_last), full.eq(0), beat_base.eq(beat_base + wpb * lanes)]
+            if tail:
+                with m.If(full_last):
+                    m.d.sync += out[tail * word_bits:].eq(0)
         arrive = delayed(m, issue, ActivationMemory.READ_LATENCY, "arrive")
         with m.If(arrive):
-            with m.Switch(first_slot):
+            with m.Switch(fill):
                 for s in range(wpb):
                     with m.Case(s):
                         m.d.sync += beat[s * word_bits:(s + 1) * word_bits].eq(self.read.data)
@@ -133,7 +138,11 @@ class OutputUnit(wiring.Component):
                                                                     self.read.data[p - s * lanes],
                                                                     sem.ACTIVATION_MIN)),
                                          contenders[p].index.eq(beat_base + p)]
-            m.d.sync += [slot.eq(first_slot + 1), landed_left.eq(landed_left - 1)]
+            last_word = landed_left == 1
+            m.d.sync += [fill.eq(Mux((fill == wpb - 1) | last_word, 0, fill + 1)),
+                         landed_left.eq(landed_left - 1)]
+            with m.If((fill == wpb - 1) | last_word):
+                m.d.sync += [full.eq(1), full_last.eq(last_word)]
         m.d.sync += pending.eq(pending + first_word - move)
 
         with m.If(self.start):                             # (only while no inference is in flight)
