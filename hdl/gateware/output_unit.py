@@ -139,10 +139,11 @@ class OutputUnit(wiring.Component):
                                                                     sem.ACTIVATION_MIN)),
                                          contenders[p].index.eq(beat_base + p)]
             last_word = landed_left == 1
-            m.d.sync += [fill.eq(Mux((fill == wpb - 1) | last_word, 0, fill + 1)),
-                         landed_left.eq(landed_left - 1)]
-            with m.If((fill == wpb - 1) | last_word):
-                m.d.sync += [full.eq(1), full_last.eq(last_word)]
+            m.d.sync += landed_left.eq(landed_left - 1)
+            with m.If((fill == wpb - 1) | last_word):        # the word completes the beat
+                m.d.sync += [fill.eq(0), full.eq(1), full_last.eq(last_word)]
+            with m.Else():
+                m.d.sync += fill.eq(fill + 1)
         m.d.sync += pending.eq(pending + first_word - move)
 
         with m.If(self.start):                             # (only while no inference is in flight)
@@ -164,7 +165,7 @@ class OutputUnit(wiring.Component):
                     m.d.sync += [best_value.eq(winner.value), best_index.eq(winner.index)]
             with m.If(out_last):
                 m.d.comb += self.done.eq(1)
-        with m.If(move):
+        with m.If(move):                                   # (after the clear above: a move wins)
             m.d.sync += out_valid.eq(1)
         return m
 

@@ -56,7 +56,7 @@ class Sequencer(wiring.Component):
         # and the output's start a register set in the cycle before: it fans out across
         # the chip into the output unit, and the drain counter's comparison before that
         # route was the default design's critical path (85.4 MHz).
-        drain_over = Signal()
+        drain_over, ends_next = Signal(), Signal()
         m.d.comb += self.phase.eq(self.op_index)
         # The op's kind, decoded from op_index (a register) for the start registers, and
         # registered with the op table's outputs for the other decisions.
@@ -66,7 +66,8 @@ class Sequencer(wiring.Component):
                 with m.Case(index):
                     m.d.comb += pool_now.eq(pooling)
         m.d.sync += [is_pool.eq(pool_now), is_last.eq(self.op_index == self._ops - 1),
-                     self.gemm_start.eq(0), self.pool_start.eq(0), self.output_start.eq(0)]
+                     self.gemm_start.eq(0), self.pool_start.eq(0),
+                     drain_over.eq(ends_next), self.output_start.eq(ends_next & is_last)]
         with m.FSM(name="sequencer"):
             with m.State("LOAD"):
                 m.d.comb += self.phase.eq(self._ops)
@@ -83,13 +84,12 @@ class Sequencer(wiring.Component):
                 m.next = "RUN"
             with m.State("RUN"):
                 with m.If(~self.engine_busy):
-                    over = is_pool | (self._drain == 0)
-                    m.d.sync += [drain.eq(Mux(is_pool, 0, self._drain)), drain_over.eq(over),
-                                 self.output_start.eq(over & is_last)]
+                    m.d.sync += drain.eq(Mux(is_pool, 0, self._drain))
+                    m.d.comb += ends_next.eq(is_pool | (self._drain == 0))
                     m.next = "DRAIN"
             with m.State("DRAIN"):
-                m.d.sync += [drain.eq(drain - 1), drain_over.eq(drain == 1),
-                             self.output_start.eq(~drain_over & (drain == 1) & is_last)]
+                m.d.sync += drain.eq(drain - 1)
+                m.d.comb += ends_next.eq(drain == 1)
                 with m.If(drain_over & is_last):                # (output_start is high)
                     m.d.sync += self.reader.eq(Reader.OUTPUT)
                     m.next = "OUTPUT"
